@@ -1,0 +1,170 @@
+// Package store defines agentbox's state: the records the daemon keeps about
+// repos, pristine checkouts, workspaces and events, and the Store interface
+// every database implementation satisfies.
+//
+// The database is the single source of truth (DESIGN.md §2). Implementations
+// live in sub-packages (sqlstore for SQLite; PostgreSQL later) and each runs
+// the conformance suite in storetest, so callers never depend on which one is
+// configured. Errors are classified with internal/errdefs.
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Repo is a cached git remote: a bare mirror cloned once and shared by every
+// workspace made from it.
+type Repo struct {
+	// ID is the stable identifier ("repo_...").
+	ID string `json:"id"`
+	// URL is the remote as given, with any credentials removed. It is the
+	// cache key: one row per URL.
+	URL string `json:"url"`
+	// Path is the host directory holding the bare mirror.
+	Path string `json:"path"`
+	// DefaultBranch is the remote's HEAD branch at the last fetch.
+	DefaultBranch string `json:"default_branch"`
+	// SizeBytes is the mirror's disk usage at the last fetch.
+	SizeBytes int64 `json:"size_bytes"`
+	// CreatedAt is when the clone finished.
+	CreatedAt time.Time `json:"created_at"`
+	// LastFetchAt is when the mirror was last brought up to date.
+	LastFetchAt time.Time `json:"last_fetch_at"`
+	// LastUsedAt is when a workspace was last created from the repo.
+	LastUsedAt time.Time `json:"last_used_at"`
+}
+
+// Pristine is a shared, read-only checkout of one commit of a repo. Overlay
+// workspaces use it as their lower layer; it is reference-counted by the
+// workspaces that point at it.
+type Pristine struct {
+	// ID is the stable identifier ("pc_...").
+	ID string `json:"id"`
+	// RepoID is the repo the checkout was made from.
+	RepoID string `json:"repo_id"`
+	// Commit is the full object name checked out.
+	Commit string `json:"commit"`
+	// Path is the host directory of the checkout.
+	Path string `json:"path"`
+	// SizeBytes is the checkout's disk usage when it was made.
+	SizeBytes int64 `json:"size_bytes"`
+	// RefCount is the number of workspaces using the checkout. It is derived
+	// from the workspaces table, never stored, so it cannot drift.
+	RefCount int `json:"ref_count"`
+	// CreatedAt is when the checkout finished.
+	CreatedAt time.Time `json:"created_at"`
+	// LastUsedAt is when a workspace last started using the checkout.
+	LastUsedAt time.Time `json:"last_used_at"`
+}
+
+// Workspace states.
+const (
+	// WorkspaceCreating marks a row whose directories and mount are being
+	// made. A row left in this state by a crash is rolled back at start.
+	WorkspaceCreating = "creating"
+	// WorkspaceReady is a usable workspace.
+	WorkspaceReady = "ready"
+	// WorkspaceRemoving marks a workspace being torn down; a crash leaves it
+	// to be finished at start.
+	WorkspaceRemoving = "removing"
+)
+
+// Workspace is the durable set of files one task works on.
+type Workspace struct {
+	// ID is the stable identifier ("ws_...").
+	ID string `json:"id"`
+	// RepoID is the repo the workspace was made from.
+	RepoID string `json:"repo_id"`
+	// PristineID is the lower layer of an overlay workspace; empty for copy.
+	PristineID string `json:"pristine_id,omitempty"`
+	// ParentID is the workspace this one was forked from, if any.
+	ParentID string `json:"parent_id,omitempty"`
+	// Ref is the ref the caller asked for (branch, tag or commit).
+	Ref string `json:"ref"`
+	// BaseCommit is the commit the workspace started from; diffs are against it.
+	BaseCommit string `json:"base_commit"`
+	// Branch is the workspace's own branch.
+	Branch string `json:"branch"`
+	// Task is the caller's free-form label, used to group cost and results.
+	Task string `json:"task,omitempty"`
+	// Driver is "overlay" or "copy".
+	Driver string `json:"driver"`
+	// Dir is the workspace's host directory; the files are at Dir/merged for
+	// overlay and Dir/tree for copy (see workspace.Driver.Path).
+	Dir string `json:"dir"`
+	// State is one of the Workspace* constants.
+	State string `json:"state"`
+	// Dirty is true when the files differ from the branch head, as last seen.
+	Dirty bool `json:"dirty"`
+	// SizeBytes is the workspace's own disk usage, as last measured.
+	SizeBytes int64 `json:"size_bytes"`
+	// CreatedAt is when the workspace was created.
+	CreatedAt time.Time `json:"created_at"`
+	// UpdatedAt is when the row last changed.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Event is one entry of the append-only log: who did what to which object.
+type Event struct {
+	// ID increases with every append.
+	ID int64 `json:"id"`
+	// Time is when the event was recorded.
+	Time time.Time `json:"time"`
+	// Actor is who caused it ("api", "daemon", "reconciler", ...).
+	Actor string `json:"actor"`
+	// Type is a dotted name, e.g. "repo.cloned", "workspace.created".
+	Type string `json:"type"`
+	// RepoID, WorkspaceID and SandboxID name the objects involved, if any.
+	RepoID      string `json:"repo_id,omitempty"`
+	WorkspaceID string `json:"workspace_id,omitempty"`
+	SandboxID   string `json:"sandbox_id,omitempty"`
+	// Detail is a small JSON object with event-specific fields.
+	Detail string `json:"detail,omitempty"`
+}
+
+// EventFilter selects events. Zero fields match everything.
+type EventFilter struct {
+	RepoID      string
+	WorkspaceID string
+	SandboxID   string
+	Type        string
+	// AfterID returns only events with a larger ID (for following).
+	AfterID int64
+	// Limit caps the result; 0 means 1000.
+	Limit int
+}
+
+// Store is the database behind the daemon. All methods are safe for
+// concurrent use. Lookups of a missing object return an error wrapping
+// errdefs.ErrNotFound; uniqueness violations wrap errdefs.ErrConflict.
+type Store interface {
+	CreateRepo(ctx context.Context, r Repo) error
+	GetRepo(ctx context.Context, id string) (Repo, error)
+	GetRepoByURL(ctx context.Context, url string) (Repo, error)
+	ListRepos(ctx context.Context) ([]Repo, error)
+	UpdateRepo(ctx context.Context, r Repo) error
+	// DeleteRepo removes the repo row and its pristine rows. It fails with
+	// ErrConflict while workspaces still reference the repo.
+	DeleteRepo(ctx context.Context, id string) error
+
+	CreatePristine(ctx context.Context, p Pristine) error
+	GetPristine(ctx context.Context, id string) (Pristine, error)
+	FindPristine(ctx context.Context, repoID, commit string) (Pristine, error)
+	ListPristines(ctx context.Context, repoID string) ([]Pristine, error)
+	TouchPristine(ctx context.Context, id string, at time.Time) error
+	// DeletePristine fails with ErrConflict while workspaces reference it.
+	DeletePristine(ctx context.Context, id string) error
+
+	CreateWorkspace(ctx context.Context, w Workspace) error
+	GetWorkspace(ctx context.Context, id string) (Workspace, error)
+	// ListWorkspaces lists all workspaces, or those of one repo.
+	ListWorkspaces(ctx context.Context, repoID string) ([]Workspace, error)
+	UpdateWorkspace(ctx context.Context, w Workspace) error
+	DeleteWorkspace(ctx context.Context, id string) error
+
+	AppendEvent(ctx context.Context, e Event) (Event, error)
+	ListEvents(ctx context.Context, f EventFilter) ([]Event, error)
+
+	Close() error
+}

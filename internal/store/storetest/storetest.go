@@ -1,0 +1,330 @@
+// Package storetest is the conformance suite every store.Store implementation
+// runs. A new database backend is done when Run passes against it.
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Run runs the suite; newStore returns an empty store, closed by the suite.
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("Repos", func(t *testing.T) { testRepos(t, open(t, newStore)) })
+	t.Run("Pristines", func(t *testing.T) { testPristines(t, open(t, newStore)) })
+	t.Run("Workspaces", func(t *testing.T) { testWorkspaces(t, open(t, newStore)) })
+	t.Run("Events", func(t *testing.T) { testEvents(t, open(t, newStore)) })
+	t.Run("ConcurrentWriters", func(t *testing.T) { testConcurrent(t, open(t, newStore)) })
+}
+
+func open(t *testing.T, newStore func(t *testing.T) store.Store) store.Store {
+	s := newStore(t)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// now is truncated to microseconds so that every backend can represent it.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+func repo(id string) store.Repo {
+	n := now()
+	return store.Repo{ID: id, URL: "https://example.invalid/" + id + ".git", Path: "/data/repos/" + id,
+		DefaultBranch: "main", SizeBytes: 42, CreatedAt: n, LastFetchAt: n, LastUsedAt: n}
+}
+
+func ws(id, repoID, pristineID string) store.Workspace {
+	n := now()
+	return store.Workspace{ID: id, RepoID: repoID, PristineID: pristineID, Ref: "main", BaseCommit: "abc",
+		Branch: "agentbox/" + id, Task: "t1", Driver: "overlay", Dir: "/data/workspaces/" + id,
+		State: store.WorkspaceReady, CreatedAt: n, UpdatedAt: n}
+}
+
+func wantClass(t *testing.T, err, class error) {
+	t.Helper()
+	if !errors.Is(err, class) {
+		t.Fatalf("error = %v, want class %v", err, class)
+	}
+}
+
+func testRepos(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	r := repo("repo_a")
+	if err := s.CreateRepo(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetRepo(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(r, got); d != "" {
+		t.Errorf("GetRepo (-want +got):\n%s", d)
+	}
+	got, err = s.GetRepoByURL(ctx, r.URL)
+	if err != nil || got.ID != r.ID {
+		t.Fatalf("GetRepoByURL = %v, %v", got.ID, err)
+	}
+
+	dup := repo("repo_b")
+	dup.URL = r.URL
+	wantClass(t, s.CreateRepo(ctx, dup), errdefs.ErrConflict)
+	wantClass(t, s.CreateRepo(ctx, r), errdefs.ErrConflict)
+
+	_, err = s.GetRepo(ctx, "repo_missing")
+	wantClass(t, err, errdefs.ErrNotFound)
+	_, err = s.GetRepoByURL(ctx, "https://nowhere.invalid/x")
+	wantClass(t, err, errdefs.ErrNotFound)
+
+	r.SizeBytes = 1000
+	r.DefaultBranch = "trunk"
+	r.LastFetchAt = now().Add(time.Hour)
+	if err := s.UpdateRepo(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.GetRepo(ctx, r.ID)
+	if d := cmp.Diff(r, got); d != "" {
+		t.Errorf("after UpdateRepo (-want +got):\n%s", d)
+	}
+	wantClass(t, s.UpdateRepo(ctx, repo("repo_missing")), errdefs.ErrNotFound)
+
+	if err := s.CreateRepo(ctx, repo("repo_c")); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ListRepos(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"repo_a", "repo_c"}, ids(list, func(r store.Repo) string { return r.ID })); d != "" {
+		t.Errorf("ListRepos ids (-want +got):\n%s", d)
+	}
+
+	// A repo in use by a workspace cannot be deleted; once free it can.
+	if err := s.CreateWorkspace(ctx, ws("ws_1", "repo_c", "")); err != nil {
+		t.Fatal(err)
+	}
+	wantClass(t, s.DeleteRepo(ctx, "repo_c"), errdefs.ErrConflict)
+	if _, err := s.GetRepo(ctx, "repo_c"); err != nil {
+		t.Fatalf("refused delete changed the repo: %v", err)
+	}
+	if err := s.DeleteWorkspace(ctx, "ws_1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRepo(ctx, "repo_c"); err != nil {
+		t.Fatal(err)
+	}
+	wantClass(t, s.DeleteRepo(ctx, "repo_c"), errdefs.ErrNotFound)
+}
+
+func testPristines(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	if err := s.CreateRepo(ctx, repo("repo_a")); err != nil {
+		t.Fatal(err)
+	}
+	n := now()
+	p := store.Pristine{ID: "pc_1", RepoID: "repo_a", Commit: "c0ffee", Path: "/data/pristine/x", SizeBytes: 7, CreatedAt: n, LastUsedAt: n}
+	if err := s.CreatePristine(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	dup := p
+	dup.ID = "pc_2"
+	wantClass(t, s.CreatePristine(ctx, dup), errdefs.ErrConflict)
+
+	got, err := s.FindPristine(ctx, "repo_a", "c0ffee")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(p, got); d != "" {
+		t.Errorf("FindPristine (-want +got):\n%s", d)
+	}
+	_, err = s.FindPristine(ctx, "repo_a", "other")
+	wantClass(t, err, errdefs.ErrNotFound)
+
+	// RefCount follows the workspaces that use the checkout.
+	for _, id := range []string{"ws_1", "ws_2"} {
+		if err := s.CreateWorkspace(ctx, ws(id, "repo_a", "pc_1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ = s.GetPristine(ctx, "pc_1")
+	if got.RefCount != 2 {
+		t.Errorf("RefCount = %d, want 2", got.RefCount)
+	}
+	wantClass(t, s.DeletePristine(ctx, "pc_1"), errdefs.ErrConflict)
+	for _, id := range []string{"ws_1", "ws_2"} {
+		if err := s.DeleteWorkspace(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := s.ListPristines(ctx, "repo_a")
+	if err != nil || len(list) != 1 || list[0].RefCount != 0 {
+		t.Fatalf("ListPristines = %+v, %v; want one with RefCount 0", list, err)
+	}
+	later := n.Add(time.Minute)
+	if err := s.TouchPristine(ctx, "pc_1", later); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.GetPristine(ctx, "pc_1")
+	if !got.LastUsedAt.Equal(later) {
+		t.Errorf("LastUsedAt = %v, want %v", got.LastUsedAt, later)
+	}
+	if err := s.DeletePristine(ctx, "pc_1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.GetPristine(ctx, "pc_1")
+	wantClass(t, err, errdefs.ErrNotFound)
+}
+
+func testWorkspaces(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	for _, id := range []string{"repo_a", "repo_b"} {
+		if err := s.CreateRepo(ctx, repo(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := ws("ws_1", "repo_a", "")
+	w.State = store.WorkspaceCreating
+	if err := s.CreateWorkspace(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	wantClass(t, s.CreateWorkspace(ctx, w), errdefs.ErrConflict)
+	// A workspace of a missing repo is refused.
+	if err := s.CreateWorkspace(ctx, ws("ws_x", "repo_missing", "")); err == nil {
+		t.Fatal("created a workspace for a missing repo")
+	}
+
+	w.State = store.WorkspaceReady
+	w.Dirty = true
+	w.SizeBytes = 99
+	w.UpdatedAt = now().Add(time.Second)
+	if err := s.UpdateWorkspace(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetWorkspace(ctx, "ws_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(w, got); d != "" {
+		t.Errorf("GetWorkspace (-want +got):\n%s", d)
+	}
+
+	fork := ws("ws_2", "repo_a", "")
+	fork.ParentID = "ws_1"
+	if err := s.CreateWorkspace(ctx, fork); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateWorkspace(ctx, ws("ws_3", "repo_b", "")); err != nil {
+		t.Fatal(err)
+	}
+	all, _ := s.ListWorkspaces(ctx, "")
+	ofA, _ := s.ListWorkspaces(ctx, "repo_a")
+	id := func(w store.Workspace) string { return w.ID }
+	if d := cmp.Diff([]string{"ws_1", "ws_2", "ws_3"}, ids(all, id)); d != "" {
+		t.Errorf("ListWorkspaces all (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"ws_1", "ws_2"}, ids(ofA, id)); d != "" {
+		t.Errorf("ListWorkspaces repo_a (-want +got):\n%s", d)
+	}
+	if got, _ := s.GetWorkspace(ctx, "ws_2"); got.ParentID != "ws_1" {
+		t.Errorf("ParentID = %q", got.ParentID)
+	}
+
+	wantClass(t, s.UpdateWorkspace(ctx, ws("ws_missing", "repo_a", "")), errdefs.ErrNotFound)
+	if err := s.DeleteWorkspace(ctx, "ws_1"); err != nil {
+		t.Fatal(err)
+	}
+	wantClass(t, s.DeleteWorkspace(ctx, "ws_1"), errdefs.ErrNotFound)
+	_, err = s.GetWorkspace(ctx, "ws_1")
+	wantClass(t, err, errdefs.ErrNotFound)
+}
+
+func testEvents(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var last int64
+	for i := range 5 {
+		e, err := s.AppendEvent(ctx, store.Event{Actor: "api", Type: fmt.Sprintf("t.%d", i%2), WorkspaceID: fmt.Sprintf("ws_%d", i%2), Detail: `{"i":1}`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.ID <= last || e.Time.IsZero() {
+			t.Fatalf("event %d: id %d after %d, time %v", i, e.ID, last, e.Time)
+		}
+		last = e.ID
+	}
+	all, _ := s.ListEvents(ctx, store.EventFilter{})
+	if len(all) != 5 {
+		t.Fatalf("got %d events, want 5", len(all))
+	}
+	ws0, _ := s.ListEvents(ctx, store.EventFilter{WorkspaceID: "ws_0"})
+	if len(ws0) != 3 {
+		t.Errorf("ws_0 events = %d, want 3", len(ws0))
+	}
+	after, _ := s.ListEvents(ctx, store.EventFilter{AfterID: all[2].ID})
+	if d := cmp.Diff([]int64{all[3].ID, all[4].ID}, ids(after, func(e store.Event) int64 { return e.ID })); d != "" {
+		t.Errorf("AfterID (-want +got):\n%s", d)
+	}
+	typ, _ := s.ListEvents(ctx, store.EventFilter{Type: "t.1", Limit: 1})
+	if len(typ) != 1 || typ[0].Type != "t.1" {
+		t.Errorf("Type+Limit = %+v", typ)
+	}
+}
+
+// testConcurrent checks that parallel read-then-write work from many
+// goroutines neither fails with "database is locked" nor loses writes.
+func testConcurrent(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	if err := s.CreateRepo(ctx, repo("repo_a")); err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n*10)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("ws_%02d", i)
+			if err := s.CreateWorkspace(ctx, ws(id, "repo_a", "")); err != nil {
+				errs <- err
+				return
+			}
+			for j := range 5 {
+				w, err := s.GetWorkspace(ctx, id)
+				if err != nil {
+					errs <- err
+					return
+				}
+				w.SizeBytes = int64(j)
+				if err := s.UpdateWorkspace(ctx, w); err != nil {
+					errs <- err
+				}
+				if _, err := s.AppendEvent(ctx, store.Event{Actor: "test", Type: "x", WorkspaceID: id}); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	list, _ := s.ListWorkspaces(ctx, "")
+	events, _ := s.ListEvents(ctx, store.EventFilter{Limit: 10000})
+	if len(list) != n || len(events) != n*5 {
+		t.Errorf("got %d workspaces and %d events, want %d and %d", len(list), len(events), n, n*5)
+	}
+}
+
+func ids[T any, K comparable](xs []T, f func(T) K) []K {
+	out := []K{}
+	for _, x := range xs {
+		out = append(out, f(x))
+	}
+	return out
+}
