@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# setup.sh prepares a bare Debian 12 machine (CI or a new developer box) for agentbox:
+# Debian packages, gVisor's runsc registered as a Docker runtime, and a running Docker
+# engine. No systemd is assumed: dockerd is started in the background when it does not
+# answer. Run as root. It is idempotent: a second run installs nothing, rewrites nothing,
+# restarts nothing, and takes a second or two.
+#
+# Environment:
+#   AGENTBOX_DOCKER_WAIT  seconds to wait for dockerd to answer (default 60)
+#   AGENTBOX_DOCKERD_LOG  dockerd's log file (default /var/log/dockerd.log)
+set -euo pipefail
+
+readonly PACKAGES=(git docker.io runsc bubblewrap busybox-static debootstrap iproute2 ca-certificates jq)
+readonly DAEMON_JSON=/etc/docker/daemon.json
+readonly DOCKER_SOCK=/var/run/docker.sock
+readonly DOCKER_WAIT=${AGENTBOX_DOCKER_WAIT:-60}
+readonly DOCKERD_LOG=${AGENTBOX_DOCKERD_LOG:-/var/log/dockerd.log}
+readonly APT_LOG=/var/log/agentbox-setup-apt.log
+
+# This script manages the local engine, whatever DOCKER_HOST or a CLI context says.
+export DOCKER_HOST="unix://${DOCKER_SOCK}"
+unset DOCKER_CONTEXT
+
+log() { printf 'setup: %s\n' "$*"; }
+die() {
+	printf 'setup: error: %s\n' "$*" >&2
+	exit 1
+}
+
+docker_answers() { timeout 10 docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; }
+docker_runtimes() { timeout 10 docker info --format '{{json .Runtimes}}' 2>/dev/null; }
+# runsc_registered: the engine lists runsc with the path and arguments we configure.
+# Only path and runtimeArgs are compared: newer engines add fields of their own.
+# shellcheck disable=SC2016 # $want is a jq variable, not a shell one
+readonly RUNSC_MATCHES='.runsc.path == $want.path and .runsc.runtimeArgs == $want.runtimeArgs'
+runsc_registered() { docker_runtimes | jq -e --argjson want "$want_runsc" "$RUNSC_MATCHES" >/dev/null 2>&1; }
+
+# dockerd_pid prints the pid of a live dockerd, if any.
+dockerd_pid() {
+	local pid
+	if [[ -r /var/run/docker.pid ]]; then
+		pid=$(<'/var/run/docker.pid')
+		if [[ -n $pid && -d /proc/$pid ]] && [[ $(</proc/"$pid"/comm) == dockerd ]]; then
+			echo "$pid"
+			return 0
+		fi
+	fi
+	pgrep -x -o dockerd 2>/dev/null || true
+}
+
+# wait_for checks a condition once a second until it holds or $2 seconds pass. With a
+# third argument, a pid, it gives up as soon as that process is gone.
+wait_for() {
+	local what=$1 end=$((SECONDS + $2)) pid=${3:-}
+	while ((SECONDS < end)); do
+		if "$what"; then return 0; fi
+		if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null && [[ -z $(dockerd_pid) ]]; then return 1; fi
+		sleep 1
+	done
+	"$what"
+}
+
+[[ $(id -u) -eq 0 ]] || die "must run as root (it installs packages and starts dockerd)"
+command -v dpkg-query >/dev/null || die "dpkg-query not found: this script supports Debian and its derivatives only"
+
+# 1. Packages. apt-get runs only when something is missing, so a second run is fast.
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+	if [[ $(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null) != installed ]]; then
+		missing+=("$pkg")
+	fi
+done
+if ((${#missing[@]} > 0)); then
+	log "installing ${missing[*]} (apt output in ${APT_LOG})"
+	# Keep package scripts from starting services: dockerd is started below, on our terms.
+	# A policy-rc.d already present (common in container images) is left as it is.
+	own_policy_rc=false
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 0755 /usr/sbin/policy-rc.d
+		own_policy_rc=true
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	{
+		apt-get update -q &&
+			apt-get install -y -q --no-install-recommends \
+				-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+				"${missing[@]}"
+	} >>"$APT_LOG" 2>&1 || die "apt-get failed installing ${missing[*]}: see ${APT_LOG}"
+	if $own_policy_rc; then
+		rm -f /usr/sbin/policy-rc.d
+		trap - EXIT
+	fi
+else
+	log "packages: all ${#PACKAGES[@]} present"
+fi
+
+RUNSC=$(command -v runsc) || die "runsc not on PATH after installing the runsc package"
+
+# 2. Register runsc in daemon.json, merging with whatever the file already holds.
+# --network=none: sandboxes have no network stack of their own; egress goes through the guest.
+# --host-uds=open: lets the guest reach a unix socket bind-mounted from the host.
+daemon_json_changed=false
+want_runsc=$(jq -cn --arg path "$RUNSC" '{path: $path, runtimeArgs: ["--network=none", "--host-uds=open"]}')
+mkdir -p "$(dirname "$DAEMON_JSON")"
+if [[ -s $DAEMON_JSON ]]; then
+	jq -e . "$DAEMON_JSON" >/dev/null 2>&1 ||
+		die "${DAEMON_JSON} is not valid JSON; fix or remove it, then run again (left untouched)"
+	current=$(<"$DAEMON_JSON")
+else
+	current='{}'
+fi
+if jq -e --argjson want "$want_runsc" '.runtimes.runsc == $want' <<<"$current" >/dev/null; then
+	log "daemon.json: runsc already registered (${RUNSC})"
+else
+	tmp=$(mktemp "${DAEMON_JSON}.XXXXXX")
+	jq --argjson want "$want_runsc" '.runtimes.runsc = $want' <<<"$current" >"$tmp"
+	chmod 0644 "$tmp"
+	mv -f "$tmp" "$DAEMON_JSON"
+	daemon_json_changed=true
+	log "daemon.json: registered runsc (${RUNSC}) in ${DAEMON_JSON}"
+fi
+
+# 3. A running engine that lists runsc.
+if docker_answers; then
+	if $daemon_json_changed || ! runsc_registered; then
+		pid=$(dockerd_pid)
+		[[ -n $pid ]] || die "docker answers on ${DOCKER_SOCK} but no local dockerd process was found to reload"
+		log "dockerd: reloading configuration (SIGHUP to pid ${pid})"
+		kill -HUP "$pid"
+		wait_for runsc_registered 15 ||
+			die "dockerd reloaded but does not list runsc; see ${DOCKERD_LOG} or restart dockerd"
+	else
+		log "dockerd: running, runsc registered"
+	fi
+else
+	pid=$(dockerd_pid)
+	if [[ -n $pid ]]; then
+		log "dockerd: pid ${pid} exists but does not answer yet; waiting up to ${DOCKER_WAIT}s"
+	else
+		command -v dockerd >/dev/null || die "dockerd not found: is docker.io installed?"
+		log "dockerd: starting in the background (log ${DOCKERD_LOG}); waiting up to ${DOCKER_WAIT}s"
+		# setsid detaches it from this script's session so that it outlives the caller's
+		# terminal or job; nohup guards against a stray SIGHUP from the same.
+		setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+		pid=$!
+	fi
+	if ! wait_for docker_answers "$DOCKER_WAIT" "$pid"; then
+		why="did not answer on ${DOCKER_SOCK} within ${DOCKER_WAIT}s"
+		[[ -n $(dockerd_pid) ]] || why="exited before answering"
+		die "dockerd ${why}; last lines of ${DOCKERD_LOG}: $(tail -n 3 "$DOCKERD_LOG" 2>/dev/null | tr '\n' ' ')"
+	fi
+	runsc_registered || die "dockerd is up but does not list runsc as ${want_runsc}; check ${DAEMON_JSON} and ${DOCKERD_LOG}"
+fi
+
+# 4. Verify everything agentbox needs, and name what is missing.
+problems=()
+git_v=$(git --version 2>&1) || problems+=("git: ${git_v}")
+bwrap_v=$(bwrap --version 2>&1) || problems+=("bwrap: ${bwrap_v}")
+runsc_v=$(timeout 10 runsc --version 2>&1 | head -n 1) || problems+=("runsc: ${runsc_v}")
+if runtimes=$(docker_runtimes) && [[ -n $runtimes ]]; then
+	jq -e --argjson want "$want_runsc" "has(\"runc\") and ${RUNSC_MATCHES}" <<<"$runtimes" >/dev/null 2>&1 ||
+		problems+=("docker runtimes ${runtimes} lack runc, or runsc as ${want_runsc}")
+else
+	problems+=("docker info on ${DOCKER_SOCK} failed")
+fi
+api_v=$(timeout 10 docker version --format '{{.Server.APIVersion}}' 2>/dev/null) || api_v=unknown
+if ((${#problems[@]} > 0)); then
+	die "verification failed: $(IFS=';'; echo "${problems[*]}")"
+fi
+log "ok: ${git_v}; ${bwrap_v}; ${runsc_v}; docker API ${api_v}, runtimes $(jq -c 'keys' <<<"$runtimes")"
