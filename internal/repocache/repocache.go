@@ -381,10 +381,19 @@ func CheckoutRepo(ctx context.Context, r store.Repo, commit, dir string, uid, gi
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
-	if uid >= 0 {
-		return ChownTree(dir, uid, gid)
+	if uid < 0 {
+		return nil
 	}
-	return nil
+	if err := ChownTree(dir, uid, gid); err != nil {
+		return err
+	}
+	// chown changed every file's ctime: refresh the index so that git in the
+	// workspace (and the host's own index, seeded from this one) does not
+	// rehash the whole tree on its first status.
+	if _, err := gitx.Run(ctx, gitx.Cmd{Hardened: true, Args: []string{"-C", dir, "update-index", "-q", "--refresh"}}); err != nil {
+		return err
+	}
+	return os.Lchown(filepath.Join(dir, ".git", "index"), uid, gid)
 }
 
 // ChownTree gives every directory and every file except git's immutable

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/client"
+)
+
+func (c *cli) wsCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "ws", Aliases: []string{"workspace"}, Short: "Durable workspaces: one per task"}
+	cmd.AddCommand(c.wsCreateCmd(), c.wsLsCmd(), c.wsShowCmd(), c.wsRmCmd(), c.wsPathCmd(),
+		c.wsStatusCmd(), c.wsDiffCmd(), c.wsCommitCmd(), c.wsForkCmd())
+	return cmd
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+func printWorkspace(w io.Writer, ws client.Workspace) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\nrepo\t%s\nref\t%s\nbase commit\t%s\nbranch\t%s\n", ws.ID, ws.RepoID, ws.Ref, ws.BaseCommit, ws.Branch)
+	if ws.Task != "" {
+		fmt.Fprintf(tw, "task\t%s\n", ws.Task)
+	}
+	if ws.ParentID != "" {
+		fmt.Fprintf(tw, "forked from\t%s\n", ws.ParentID)
+	}
+	fmt.Fprintf(tw, "driver\t%s\nstate\t%s\ndirty\t%v\npath\t%s\n", ws.Driver, ws.State, ws.Dirty, ws.Path)
+	tw.Flush()
+}
+
+func (c *cli) wsCreateCmd() *cobra.Command {
+	var req client.CreateWorkspace
+	cmd := &cobra.Command{
+		Use:   "create --repo URL|ID [--ref REF] [--branch NAME] [--task LABEL]",
+		Short: "Create a workspace at a ref on its own branch (adds the repo if needed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ws, err := cl.CreateWorkspace(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return c.emit(ws, func(w io.Writer) {
+				fmt.Fprintf(w, "created %s on branch %s at %s (%s)\n%s\n", ws.ID, ws.Branch, short(ws.BaseCommit), ws.Driver, ws.Path)
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&req.Repo, "repo", "", "repo URL or ID (required)")
+	fl.StringVar(&req.Ref, "ref", "", "branch, tag or commit (default: the remote's default branch)")
+	fl.StringVar(&req.Branch, "branch", "", "the workspace's own branch (default agentbox/<id>)")
+	fl.StringVar(&req.Task, "task", "", "a label for the task this workspace serves")
+	fl.StringVar(&req.Driver, "driver", "", "overlay or copy (default: the daemon's)")
+	cmd.MarkFlagRequired("repo")
+	return cmd
+}
+
+func (c *cli) wsLsCmd() *cobra.Command {
+	var repo, task string
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List workspaces",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			wss, err := cl.ListWorkspaces(cmd.Context(), repo, task)
+			if err != nil {
+				return err
+			}
+			return c.emit(map[string]any{"workspaces": wss}, func(w io.Writer) {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tREPO\tBRANCH\tBASE\tTASK\tDRIVER\tSTATE\tDIRTY")
+				for _, ws := range wss {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\n", ws.ID, ws.RepoID, ws.Branch, short(ws.BaseCommit), ws.Task, ws.Driver, ws.State, ws.Dirty)
+				}
+				tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&repo, "repo", "", "only workspaces of this repo (ID or URL)")
+	cmd.Flags().StringVar(&task, "task", "", "only workspaces with this task label")
+	return cmd
+}
+
+func (c *cli) wsShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show WS",
+		Short: "Show a workspace",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ws, err := cl.GetWorkspace(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.emit(ws, func(w io.Writer) { printWorkspace(w, ws) })
+		},
+	}
+}
+
+func (c *cli) wsRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm WS",
+		Short: "Remove a workspace and its files",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			if err := cl.RemoveWorkspace(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			return c.emit(map[string]any{"id": args[0], "removed": true}, func(w io.Writer) { fmt.Fprintf(w, "removed %s\n", args[0]) })
+		},
+	}
+}
+
+func (c *cli) wsPathCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "path WS",
+		Short: "Print the host path of a workspace's files",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ws, err := cl.GetWorkspace(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.emit(map[string]string{"id": ws.ID, "path": ws.Path}, func(w io.Writer) { fmt.Fprintln(w, ws.Path) })
+		},
+	}
+}
+
+func (c *cli) wsStatusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status WS",
+		Short: "Show what changed since the base commit",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			s, err := cl.Status(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.emit(s, func(w io.Writer) {
+				fmt.Fprintf(w, "workspace %s on branch %s at %s (base %s)\n", s.ID, s.Branch, short(s.Head), short(s.BaseCommit))
+				if len(s.Changes) == 0 {
+					fmt.Fprintln(w, "no changes since the base commit")
+				}
+				for _, ch := range s.Changes {
+					fmt.Fprintf(w, "  %s %s\n", ch.Status, ch.Path)
+				}
+			})
+		},
+	}
+}
+
+func (c *cli) wsDiffCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff WS [PATH...]",
+		Short: "Print the unified diff against the base commit (new and deleted files included)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			d, err := cl.Diff(cmd.Context(), args[0], args[1:]...)
+			if err != nil {
+				return err
+			}
+			return c.emit(d, func(w io.Writer) { io.WriteString(w, d.Diff) })
+		},
+	}
+}
+
+func (c *cli) wsCommitCmd() *cobra.Command {
+	var msg, name, email string
+	cmd := &cobra.Command{
+		Use:   "commit WS -m MESSAGE",
+		Short: "Commit every change on the workspace's branch",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var author *client.Author
+			if name != "" || email != "" {
+				author = &client.Author{Name: name, Email: email}
+			}
+			r, err := cl.Commit(cmd.Context(), args[0], msg, author)
+			if err != nil {
+				return err
+			}
+			return c.emit(r, func(w io.Writer) { fmt.Fprintf(w, "[%s %s] %s\n", r.Branch, short(r.Commit), firstLine(msg)) })
+		},
+	}
+	cmd.Flags().StringVarP(&msg, "message", "m", "", "commit message (required)")
+	cmd.Flags().StringVar(&name, "author-name", "", "author name (default: the daemon's)")
+	cmd.Flags().StringVar(&email, "author-email", "", "author email (default: the daemon's)")
+	cmd.MarkFlagRequired("message")
+	return cmd
+}
+
+func firstLine(s string) string {
+	for i, r := range s {
+		if r == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+func (c *cli) wsForkCmd() *cobra.Command {
+	var branch, task string
+	cmd := &cobra.Command{
+		Use:   "fork WS [--branch NAME] [--task LABEL]",
+		Short: "Fork a workspace (copies only its own changes) for a parallel attempt",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ws, err := cl.ForkWorkspace(cmd.Context(), args[0], branch, task)
+			if err != nil {
+				return err
+			}
+			return c.emit(ws, func(w io.Writer) {
+				fmt.Fprintf(w, "forked %s from %s on branch %s\n%s\n", ws.ID, args[0], ws.Branch, ws.Path)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&branch, "branch", "", "the fork's branch (default agentbox/<id>)")
+	cmd.Flags().StringVar(&task, "task", "", "task label (default: the parent's)")
+	return cmd
+}

@@ -1,0 +1,203 @@
+// Package api serves agentbox's HTTP/JSON API under /v1. It is the one
+// place where error classes become status codes (writeError), and its route
+// table is the single list that both the mux and the OpenAPI test read.
+package api
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/manager"
+)
+
+// Version is the daemon version reported by /v1/health.
+var Version = "dev"
+
+// Options configures a Server.
+type Options struct {
+	// Token, when set, is required as "Authorization: Bearer TOKEN".
+	Token  string
+	Logger *slog.Logger
+}
+
+// Server is the API handler.
+type Server struct {
+	m     *manager.Manager
+	token string
+	log   *slog.Logger
+	mux   *http.ServeMux
+}
+
+// route is one entry of the API.
+type route struct {
+	method, path string
+	handler      func(*Server, http.ResponseWriter, *http.Request)
+}
+
+// routes is the whole API. openapi.json must list exactly these.
+var routes = []route{
+	{"GET", "/v1/health", (*Server).health},
+	{"GET", "/v1/openapi.json", (*Server).openapi},
+	{"POST", "/v1/repos", (*Server).addRepo},
+	{"GET", "/v1/repos", (*Server).listRepos},
+	{"GET", "/v1/repos/{id}", (*Server).getRepo},
+	{"POST", "/v1/repos/{id}/fetch", (*Server).fetchRepo},
+	{"DELETE", "/v1/repos/{id}", (*Server).removeRepo},
+	{"POST", "/v1/workspaces", (*Server).createWorkspace},
+	{"GET", "/v1/workspaces", (*Server).listWorkspaces},
+	{"GET", "/v1/workspaces/{id}", (*Server).getWorkspace},
+	{"DELETE", "/v1/workspaces/{id}", (*Server).removeWorkspace},
+	{"GET", "/v1/workspaces/{id}/status", (*Server).status},
+	{"GET", "/v1/workspaces/{id}/diff", (*Server).diff},
+	{"POST", "/v1/workspaces/{id}/commit", (*Server).commit},
+	{"POST", "/v1/workspaces/{id}/fork", (*Server).fork},
+	{"GET", "/v1/workspaces/{id}/files", (*Server).readFile},
+	{"PUT", "/v1/workspaces/{id}/files", (*Server).writeFile},
+	{"DELETE", "/v1/workspaces/{id}/files", (*Server).removeFile},
+	{"GET", "/v1/workspaces/{id}/files/stat", (*Server).statFile},
+	{"GET", "/v1/workspaces/{id}/files/list", (*Server).listFiles},
+	{"POST", "/v1/workspaces/{id}/files/mkdir", (*Server).mkdir},
+	{"POST", "/v1/workspaces/{id}/files/rename", (*Server).rename},
+	{"POST", "/v1/workspaces/{id}/files/grep", (*Server).grep},
+	{"GET", "/v1/events", (*Server).events},
+}
+
+// New returns the API handler over m.
+func New(m *manager.Manager, opts Options) *Server {
+	s := &Server{m: m, token: opts.Token, log: opts.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for _, r := range routes {
+		h := r.handler
+		s.mux.HandleFunc(r.method+" "+r.path, func(w http.ResponseWriter, req *http.Request) { h(s, w, req) })
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, fmt.Errorf("no API route %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
+	})
+	return s
+}
+
+// ServeHTTP authenticates, logs and dispatches a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	if s.token != "" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+			writeError(w, fmt.Errorf("missing or wrong bearer token: %w", errdefs.ErrUnauthorized))
+			return
+		}
+	}
+	rec := &statusRecorder{ResponseWriter: w, status: 200}
+	s.mux.ServeHTTP(rec, r)
+	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// ErrorBody is the JSON of every error response.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// StatusOf maps an error class to its HTTP status.
+func StatusOf(err error) int {
+	switch errdefs.Code(err) {
+	case "not_found":
+		return http.StatusNotFound
+	case "conflict":
+		return http.StatusConflict
+	case "invalid":
+		return http.StatusBadRequest
+	case "policy_denied":
+		return http.StatusForbidden
+	case "unavailable":
+		return http.StatusServiceUnavailable
+	case "too_large":
+		return http.StatusRequestEntityTooLarge
+	case "unauthorized":
+		return http.StatusUnauthorized
+	}
+	return http.StatusInternalServerError
+}
+
+func errorBody(err error) ErrorBody {
+	var b ErrorBody
+	b.Error.Code = errdefs.Code(err)
+	b.Error.Message = errMessage(err)
+	return b
+}
+
+// errMessage drops the trailing class word that wrapping appends
+// ("workspace ws_1 not found" rather than "...: not found").
+func errMessage(err error) string {
+	msg := err.Error()
+	for _, class := range []error{errdefs.ErrNotFound, errdefs.ErrInvalid, errdefs.ErrConflict, errdefs.ErrUnavailable, errdefs.ErrTooLarge, errdefs.ErrUnauthorized, errdefs.ErrPolicyDenied} {
+		msg = strings.TrimSuffix(msg, ": "+class.Error())
+	}
+	return msg
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	writeJSON(w, StatusOf(err), errorBody(err))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// decode reads a JSON body of at most 1 MiB, refusing unknown fields.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errdefs.Invalid("request body is empty; a JSON object is required")
+		}
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("request body over %d bytes: %w", mbe.Limit, errdefs.ErrTooLarge)
+		}
+		return errdefs.Invalid("request body: %v", err)
+	}
+	if dec.More() {
+		return errdefs.Invalid("request body has data after the JSON object")
+	}
+	return nil
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, 200, map[string]string{"status": "ok", "version": Version, "workspace_driver": s.m.Driver()})
+}

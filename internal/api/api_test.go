@@ -1,0 +1,237 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/store/sqlstore"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+type fixture struct {
+	srv *httptest.Server
+	cl  *client.Client
+	m   *manager.Manager
+}
+
+func newFixture(t *testing.T, token string) *fixture {
+	data := t.TempDir()
+	st, err := sqlstore.Open(t.Context(), filepath.Join(data, "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := manager.New(t.Context(), st, manager.Config{DataDir: data, UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.New(m, api.Options{Token: token}))
+	t.Cleanup(srv.Close)
+	cl, err := client.New(srv.URL, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{srv: srv, cl: cl, m: m}
+	t.Cleanup(func() {
+		ctx := context.Background() // t.Context is already cancelled here
+		wss, _ := m.ListWorkspaces(ctx, manager.ListFilter{})
+		for _, w := range wss {
+			if err := m.RemoveWorkspace(ctx, w.ID); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+	return f
+}
+
+// TestOpenAPIMatchesRoutes checks that the served document lists exactly
+// the routes the server answers, and that each documented route is
+// answered by a handler (not the catch-all 404).
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	f := newFixture(t, "")
+	raw, err := f.cl.OpenAPI(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		OpenAPI string                                `json:"openapi"`
+		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Fatalf("openapi = %q, want 3.x", doc.OpenAPI)
+	}
+	var documented []string
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			if method == "parameters" {
+				continue
+			}
+			var o struct {
+				OperationID string                     `json:"operationId"`
+				Responses   map[string]json.RawMessage `json:"responses"`
+			}
+			json.Unmarshal(op, &o)
+			if o.OperationID == "" || len(o.Responses) == 0 {
+				t.Errorf("%s %s: missing operationId or responses", method, path)
+			}
+			documented = append(documented, strings.ToUpper(method)+" "+path)
+		}
+	}
+	sort.Strings(documented)
+	served := api.Routes()
+	sort.Strings(served)
+	if d := cmp.Diff(served, documented); d != "" {
+		t.Errorf("routes vs openapi.json (-served +documented):\n%s", d)
+	}
+	// Every documented route reaches its handler: the catch-all answers
+	// "no API route", a handler never does.
+	for _, r := range documented {
+		method, path, _ := strings.Cut(r, " ")
+		path = strings.ReplaceAll(path, "{id}", "x_unknown")
+		req, _ := http.NewRequestWithContext(t.Context(), method, f.srv.URL+path, strings.NewReader("{}"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "no API route") || resp.StatusCode == http.StatusMethodNotAllowed {
+			t.Errorf("%s: not served (%d %s)", r, resp.StatusCode, body)
+		}
+	}
+}
+
+func TestErrorsAndStatusCodes(t *testing.T) {
+	f := newFixture(t, "")
+	src := testutil.NewRepo(t, map[string]string{"a.txt": "a\n"})
+	ws, err := f.cl.CreateWorkspace(t.Context(), client.CreateWorkspace{Repo: src.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+		msgHas                   string
+	}{
+		{"unknown workspace", "GET", "/v1/workspaces/ws_123", "", 404, "not_found", "workspace ws_123 not found"},
+		{"unknown repo", "GET", "/v1/repos/repo_aaaaaaaaaaaa", "", 404, "not_found", "repo_aaaaaaaaaaaa"},
+		{"bad url", "POST", "/v1/repos", `{"url":"ftp://x.invalid/r"}`, 400, "invalid", "scheme"},
+		{"unknown field", "POST", "/v1/workspaces", `{"repo":"x","bogus":1}`, 400, "invalid", "bogus"},
+		{"empty body", "POST", "/v1/workspaces", ``, 400, "invalid", "empty"},
+		{"unknown ref", "POST", "/v1/workspaces", `{"repo":"` + ws.RepoID + `","ref":"nope"}`, 404, "not_found", `ref "nope" not found`},
+		{"bad branch", "POST", "/v1/workspaces", `{"repo":"` + ws.RepoID + `","branch":"a..b"}`, 400, "invalid", "branch"},
+		{"path outside root", "GET", "/v1/workspaces/" + ws.ID + "/files?path=../../etc/passwd", "", 400, "invalid", ws.ID},
+		{"absolute path", "GET", "/v1/workspaces/" + ws.ID + "/files?path=/etc/passwd", "", 400, "invalid", "/etc/passwd"},
+		{"missing file", "GET", "/v1/workspaces/" + ws.ID + "/files?path=nope.txt", "", 404, "not_found", "nope.txt"},
+		{"missing path param", "GET", "/v1/workspaces/" + ws.ID + "/files", "", 400, "invalid", "path"},
+		{"bad mode", "PUT", "/v1/workspaces/" + ws.ID + "/files?path=x&mode=999", "x", 400, "invalid", "mode"},
+		{"empty commit message", "POST", "/v1/workspaces/" + ws.ID + "/commit", `{"message":" "}`, 400, "invalid", "message"},
+		{"nothing to commit", "POST", "/v1/workspaces/" + ws.ID + "/commit", `{"message":"x"}`, 409, "conflict", "nothing to commit"},
+		{"repo in use", "DELETE", "/v1/repos/" + ws.RepoID, "", 409, "conflict", ws.ID},
+		{"bad limit", "GET", "/v1/events?limit=0", "", 400, "invalid", "limit"},
+		{"no route", "GET", "/v1/nothing", "", 404, "not_found", "no API route"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), tt.method, f.srv.URL+tt.path, strings.NewReader(tt.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var eb api.ErrorBody
+			if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.status || eb.Error.Code != tt.code || !strings.Contains(eb.Error.Message, tt.msgHas) {
+				t.Errorf("got %d %q %q; want %d %q containing %q", resp.StatusCode, eb.Error.Code, eb.Error.Message, tt.status, tt.code, tt.msgHas)
+			}
+		})
+	}
+	// None of the refused requests changed anything.
+	wss, _ := f.cl.ListWorkspaces(t.Context(), "", "")
+	repos, _ := f.cl.ListRepos(t.Context())
+	if len(wss) != 1 || len(repos) != 1 {
+		t.Errorf("after bad requests: %d workspaces, %d repos; want 1 and 1", len(wss), len(repos))
+	}
+	// The client rebuilds the class.
+	if _, err := f.cl.GetWorkspace(t.Context(), "ws_nope"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("client error class: %v", err)
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	const token = "0123456789abcdef-token"
+	f := newFixture(t, token)
+	if _, err := f.cl.Health(t.Context()); err != nil {
+		t.Fatalf("with token: %v", err)
+	}
+	for _, bad := range []string{"", "wrong-token-0123456789"} {
+		cl, _ := client.New(f.srv.URL, bad)
+		if _, err := cl.ListRepos(t.Context()); !errors.Is(err, client.ErrUnauthorized) {
+			t.Errorf("token %q: err = %v, want unauthorized", bad, err)
+		}
+	}
+}
+
+func TestFilesRoundTripAndProgress(t *testing.T) {
+	f := newFixture(t, "")
+	src := testutil.NewRepo(t, testutil.ManyFiles(300))
+	var lines []string
+	r, err := f.cl.AddRepo(t.Context(), "file://"+src.Dir, func(l string) { lines = append(lines, l) })
+	if err != nil || !r.Cloned {
+		t.Fatalf("AddRepo = %+v, %v", r, err)
+	}
+	if len(lines) == 0 {
+		t.Error("no progress lines streamed during the clone")
+	}
+	again, err := f.cl.AddRepo(t.Context(), "file://"+src.Dir, nil)
+	if err != nil || again.Cloned || again.ID != r.ID {
+		t.Errorf("second add = %+v, %v; want the cached repo", again, err)
+	}
+	ws, err := f.cl.CreateWorkspace(t.Context(), client.CreateWorkspace{Repo: r.ID, Task: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := "binary\x00\xff data\n"
+	if _, err := f.cl.WriteFile(t.Context(), ws.ID, "deep/er/x.bin", strings.NewReader(content), 0o600, true); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	if _, err := f.cl.ReadFile(t.Context(), ws.ID, "deep/er/x.bin", &got); err != nil || got.String() != content {
+		t.Fatalf("read back %q, %v", got.String(), err)
+	}
+	fi, err := f.cl.StatFile(t.Context(), ws.ID, "deep/er/x.bin")
+	if err != nil || fi.Mode != "0600" || fi.Size != int64(len(content)) {
+		t.Errorf("stat = %+v, %v", fi, err)
+	}
+	res, err := f.cl.Grep(t.Context(), ws.ID, client.GrepRequest{Pattern: "line one of 12[0-9]$", Path: "pkg000"})
+	if err != nil || len(res.Matches) != 10 {
+		t.Errorf("grep = %d matches, %v; want 10", len(res.Matches), err)
+	}
+	st, err := f.cl.Status(t.Context(), ws.ID)
+	if err != nil || !st.Dirty || len(st.Changes) != 1 || st.Changes[0].Path != "deep/er/x.bin" {
+		t.Errorf("status = %+v, %v", st, err)
+	}
+	ev, _ := f.cl.Events(t.Context(), client.EventFilter{Workspace: ws.ID, Type: "file.written"})
+	if len(ev) != 1 {
+		t.Errorf("file.written events = %d, want 1", len(ev))
+	}
+}

@@ -1,0 +1,197 @@
+package api
+
+import (
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strconv"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/fileapi"
+)
+
+// pathParam returns the required "path" query parameter. It is decoded
+// exactly once (by net/url); what it contains is validated by fileapi.
+func pathParam(r *http.Request, name string) (string, error) {
+	q := r.URL.Query()
+	if !q.Has(name) {
+		return "", errdefs.Invalid("query parameter %s is required", name)
+	}
+	return q.Get(name), nil
+}
+
+func (s *Server) withFiles(w http.ResponseWriter, r *http.Request, write bool, fn func(f *fileapi.FS) error) {
+	id := r.PathValue("id")
+	f, release, err := s.m.Files(r.Context(), id, write)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	if err := fn(f); err != nil {
+		writeError(w, fmt.Errorf("workspace %s: %w", id, err))
+	}
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+	p, err := pathParam(r, "path")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withFiles(w, r, false, func(f *fileapi.FS) error {
+		lw := &lazyWriter{w: w, ctype: "application/octet-stream"}
+		_, err := f.Read(r.Context(), p, lw)
+		if err != nil && lw.started {
+			// Part of the file went out: abort so the client sees a
+			// broken transfer, never a silently short file.
+			panic(http.ErrAbortHandler)
+		}
+		if err == nil && !lw.started {
+			lw.Write(nil) // empty file
+		}
+		return err
+	})
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
+	p, err := pathParam(r, "path")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	parents, err := boolParam(r, "parents")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	mode := fs.FileMode(0o644)
+	if v := r.URL.Query().Get("mode"); v != "" {
+		n, err := strconv.ParseUint(v, 8, 32)
+		if err != nil || n > 0o777 {
+			writeError(w, errdefs.Invalid("query parameter mode=%q is not an octal permission like 0644", v))
+			return
+		}
+		mode = fs.FileMode(n)
+	}
+	s.withFiles(w, r, true, func(f *fileapi.FS) error {
+		info, err := f.Write(r.Context(), p, r.Body, mode, parents)
+		if err != nil {
+			return err
+		}
+		s.m.FileChanged(r.Context(), r.PathValue("id"), "written", info.Path)
+		writeJSON(w, 200, info)
+		return nil
+	})
+}
+
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
+	p, err := pathParam(r, "path")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	recursive, err := boolParam(r, "recursive")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withFiles(w, r, true, func(f *fileapi.FS) error {
+		if err := f.Remove(r.Context(), p, recursive); err != nil {
+			return err
+		}
+		s.m.FileChanged(r.Context(), r.PathValue("id"), "removed", p)
+		writeJSON(w, 200, map[string]any{"path": p, "removed": true})
+		return nil
+	})
+}
+
+func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
+	p, err := pathParam(r, "path")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withFiles(w, r, false, func(f *fileapi.FS) error {
+		info, err := f.Stat(r.Context(), p)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, 200, info)
+		return nil
+	})
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		p = "."
+	}
+	s.withFiles(w, r, false, func(f *fileapi.FS) error {
+		entries, err := f.List(r.Context(), p)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, 200, map[string]any{"path": p, "entries": entries})
+		return nil
+	})
+}
+
+type mkdirRequest struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+	var req mkdirRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withFiles(w, r, true, func(f *fileapi.FS) error {
+		info, err := f.Mkdir(r.Context(), req.Path, req.Parents)
+		if err != nil {
+			return err
+		}
+		s.m.FileChanged(r.Context(), r.PathValue("id"), "mkdir", info.Path)
+		writeJSON(w, 200, info)
+		return nil
+	})
+}
+
+type renameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+func (s *Server) rename(w http.ResponseWriter, r *http.Request) {
+	var req renameRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withFiles(w, r, true, func(f *fileapi.FS) error {
+		if err := f.Rename(r.Context(), req.From, req.To); err != nil {
+			return err
+		}
+		s.m.FileChanged(r.Context(), r.PathValue("id"), "renamed", req.To)
+		writeJSON(w, 200, map[string]any{"from": req.From, "to": req.To})
+		return nil
+	})
+}
+
+func (s *Server) grep(w http.ResponseWriter, r *http.Request) {
+	var req fileapi.GrepRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withFiles(w, r, false, func(f *fileapi.FS) error {
+		res, err := f.Grep(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, 200, res)
+		return nil
+	})
+}

@@ -1,0 +1,340 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/workspace"
+)
+
+// Workspace is the API view of a workspace: the record plus the host path
+// of its files.
+type Workspace struct {
+	store.Workspace
+	Path string `json:"path"`
+}
+
+func (s *Server) view(w store.Workspace) Workspace {
+	return Workspace{Workspace: w, Path: s.m.FilesPath(w)}
+}
+
+// --- repos
+
+type repoRequest struct {
+	URL string `json:"url"`
+}
+
+// ndjsonProgress streams git's progress as {"progress": "..."} lines.
+type ndjsonProgress struct {
+	mu  sync.Mutex
+	w   http.ResponseWriter
+	enc *json.Encoder
+}
+
+func newNDJSON(w http.ResponseWriter) *ndjsonProgress {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	return &ndjsonProgress{w: w, enc: json.NewEncoder(w)}
+}
+
+func (p *ndjsonProgress) send(v any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.enc.Encode(v)
+	if f, ok := p.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (p *ndjsonProgress) Write(b []byte) (int, error) {
+	for _, line := range strings.FieldsFunc(string(b), func(r rune) bool { return r == '\r' || r == '\n' }) {
+		if line = strings.TrimSpace(line); line != "" {
+			p.send(map[string]string{"progress": line})
+		}
+	}
+	return len(b), nil
+}
+
+func wantsStream(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "application/x-ndjson")
+}
+
+// RepoResult is the reply to an add: the repo and whether it was cloned now.
+type RepoResult struct {
+	store.Repo
+	Cloned bool `json:"cloned"`
+}
+
+func (s *Server) addRepo(w http.ResponseWriter, r *http.Request) {
+	var req repoRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if wantsStream(r) {
+		p := newNDJSON(w)
+		repo, cloned, err := s.m.AddRepo(r.Context(), req.URL, p)
+		if err != nil {
+			p.send(errorBody(err))
+			return
+		}
+		p.send(map[string]any{"result": RepoResult{repo, cloned}})
+		return
+	}
+	repo, cloned, err := s.m.AddRepo(r.Context(), req.URL, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if cloned {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, RepoResult{repo, cloned})
+}
+
+func (s *Server) listRepos(w http.ResponseWriter, r *http.Request) {
+	repos, err := s.m.ListRepos(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, map[string]any{"repos": repos})
+}
+
+func (s *Server) getRepo(w http.ResponseWriter, r *http.Request) {
+	repo, err := s.m.GetRepo(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, repo)
+}
+
+func (s *Server) fetchRepo(w http.ResponseWriter, r *http.Request) {
+	var req repoRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if wantsStream(r) {
+		p := newNDJSON(w)
+		repo, err := s.m.FetchRepo(r.Context(), r.PathValue("id"), req.URL, p)
+		if err != nil {
+			p.send(errorBody(err))
+			return
+		}
+		p.send(map[string]any{"result": RepoResult{Repo: repo}})
+		return
+	}
+	repo, err := s.m.FetchRepo(r.Context(), r.PathValue("id"), req.URL, nil)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, RepoResult{Repo: repo})
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errdefs.Invalid("query parameter %s=%q is not a boolean", name, v)
+	}
+	return b, nil
+}
+
+func (s *Server) removeRepo(w http.ResponseWriter, r *http.Request) {
+	force, err := boolParam(r, "force")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	repo, err := s.m.GetRepo(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.m.RemoveRepo(r.Context(), repo.ID, force); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, map[string]any{"id": repo.ID, "removed": true})
+}
+
+// --- workspaces
+
+func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
+	var req manager.CreateRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	ws, err := s.m.CreateWorkspace(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.view(ws))
+}
+
+func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	wss, err := s.m.ListWorkspaces(r.Context(), manager.ListFilter{Repo: q.Get("repo"), Task: q.Get("task")})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]Workspace, 0, len(wss))
+	for _, ws := range wss {
+		out = append(out, s.view(ws))
+	}
+	writeJSON(w, 200, map[string]any{"workspaces": out})
+}
+
+func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.m.GetWorkspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, s.view(ws))
+}
+
+func (s *Server) removeWorkspace(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.m.RemoveWorkspace(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, map[string]any{"id": id, "removed": true})
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	st, err := s.m.Status(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, st)
+}
+
+// DiffResult carries a unified diff.
+type DiffResult struct {
+	ID         string `json:"id"`
+	BaseCommit string `json:"base_commit"`
+	Diff       string `json:"diff"`
+}
+
+func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ws, err := s.m.GetWorkspace(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	d, err := s.m.Diff(r.Context(), id, r.URL.Query()["path"])
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, DiffResult{ID: id, BaseCommit: ws.BaseCommit, Diff: string(d)})
+}
+
+type commitRequest struct {
+	Message string            `json:"message"`
+	Author  *workspace.Author `json:"author,omitempty"`
+}
+
+func (s *Server) commit(w http.ResponseWriter, r *http.Request) {
+	var req commitRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.m.Commit(r.Context(), r.PathValue("id"), req.Message, req.Author)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, res)
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
+	var req manager.ForkRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	ws, err := s.m.ForkWorkspace(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.view(ws))
+}
+
+// --- events
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.EventFilter{RepoID: q.Get("repo"), WorkspaceID: q.Get("workspace"), SandboxID: q.Get("sandbox"), Type: q.Get("type")}
+	for name, dst := range map[string]*int64{"after": &f.AfterID} {
+		if v := q.Get(name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				writeError(w, errdefs.Invalid("query parameter %s=%q is not a non-negative integer", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || n > 10000 {
+			writeError(w, errdefs.Invalid("query parameter limit=%q must be between 1 and 10000", v))
+			return
+		}
+		f.Limit = n
+	}
+	ev, err := s.m.Events(r.Context(), f)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, map[string]any{"events": ev})
+}
+
+// lazyWriter commits a 200 with the given content type on the first byte,
+// so that an error found before any data still gets a JSON error reply.
+type lazyWriter struct {
+	w       http.ResponseWriter
+	ctype   string
+	started bool
+}
+
+func (l *lazyWriter) Write(b []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", l.ctype)
+		l.w.WriteHeader(http.StatusOK)
+	}
+	return l.w.Write(b)
+}
+
+var _ io.Writer = (*lazyWriter)(nil)

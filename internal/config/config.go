@@ -1,0 +1,195 @@
+// Package config is agentbox's one typed configuration: defaults in code,
+// an optional YAML file (strict: unknown keys are errors), environment
+// variables, then flags, validated once at start.
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// Duration is a time.Duration written as "30s" in files.
+type Duration struct{ time.Duration }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads "30s" or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", s, err)
+		}
+		d.Duration = v
+		return nil
+	}
+	var n float64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration %s: want a string like \"30s\"", b)
+	}
+	d.Duration = time.Duration(n * float64(time.Second))
+	return nil
+}
+
+// Config is the daemon's configuration.
+type Config struct {
+	// DataDir holds the database, socket, repos and workspaces.
+	DataDir string `json:"data_dir"`
+	// Listen is empty for the unix socket DataDir/agentbox.sock, or
+	// "tcp://HOST:PORT" (which requires Token).
+	Listen string `json:"listen"`
+	// Token is the bearer token required on TCP.
+	Token string `json:"token"`
+	// WorkspaceDriver is "auto", "overlay" or "copy".
+	WorkspaceDriver string `json:"workspace_driver"`
+	// SandboxUID and SandboxGID own workspace files: the user commands run
+	// as inside sandboxes. -1 keeps the daemon's own user.
+	SandboxUID int `json:"sandbox_uid"`
+	SandboxGID int `json:"sandbox_gid"`
+	// GitTimeout bounds host-side git work on one workspace (diff, commit).
+	GitTimeout Duration `json:"git_timeout"`
+	// MaxDiffBytes caps the size of a diff.
+	MaxDiffBytes int64 `json:"max_diff_bytes"`
+	// AuthorName and AuthorEmail sign commits made through the API.
+	AuthorName  string `json:"author_name"`
+	AuthorEmail string `json:"author_email"`
+	// LogLevel is debug, info, warn or error; LogFormat json or text.
+	LogLevel  string `json:"log_level"`
+	LogFormat string `json:"log_format"`
+	// ShutdownGrace is how long a stopping daemon lets requests finish.
+	ShutdownGrace Duration `json:"shutdown_grace"`
+}
+
+// DefaultDataDir is /var/lib/agentbox for root, else
+// $XDG_DATA_HOME/agentbox (or ~/.local/share/agentbox).
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/agentbox"
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "agentbox")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "share", "agentbox")
+}
+
+// Default returns the built-in defaults.
+func Default() Config {
+	uid, gid := 1000, 1000
+	if os.Geteuid() != 0 {
+		uid, gid = -1, -1
+	}
+	return Config{
+		DataDir:         DefaultDataDir(),
+		WorkspaceDriver: "auto",
+		SandboxUID:      uid,
+		SandboxGID:      gid,
+		GitTimeout:      Duration{2 * time.Minute},
+		MaxDiffBytes:    64 << 20,
+		AuthorName:      "agentbox",
+		AuthorEmail:     "agentbox@localhost",
+		LogLevel:        "info",
+		LogFormat:       "json",
+		ShutdownGrace:   Duration{30 * time.Second},
+	}
+}
+
+// Load builds the configuration: defaults, then the file at path (if path
+// is empty, $AGENTBOX_CONFIG), then environment variables. Flags are
+// applied by the caller afterwards, then Validate.
+func Load(path string) (Config, error) {
+	c := Default()
+	if path == "" {
+		path = os.Getenv("AGENTBOX_CONFIG")
+	}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("reading config %s: %w", path, err)
+		}
+		if err := yaml.UnmarshalStrict(b, &c); err != nil {
+			return c, fmt.Errorf("config %s: %v: %w", path, err, errdefs.ErrInvalid)
+		}
+	}
+	if v := os.Getenv("AGENTBOX_DATA"); v != "" {
+		c.DataDir = v
+	}
+	if v := os.Getenv("AGENTBOX_LISTEN"); v != "" {
+		c.Listen = v
+	}
+	if v := os.Getenv("AGENTBOX_TOKEN"); v != "" {
+		c.Token = v
+	}
+	if v := os.Getenv("AGENTBOX_WORKSPACE_DRIVER"); v != "" {
+		c.WorkspaceDriver = v
+	}
+	return c, nil
+}
+
+// SocketPath is the daemon's unix socket in the data dir.
+func (c Config) SocketPath() string { return filepath.Join(c.DataDir, "agentbox.sock") }
+
+// Validate checks every field and returns all problems at once.
+func (c *Config) Validate() error {
+	var probs []string
+	if c.DataDir == "" {
+		probs = append(probs, "data_dir is empty")
+	} else if abs, err := filepath.Abs(c.DataDir); err == nil {
+		c.DataDir = abs
+	}
+	if len(c.SocketPath()) > 107 {
+		probs = append(probs, fmt.Sprintf("data_dir %s is too long for a unix socket path (max 107 bytes with /agentbox.sock)", c.DataDir))
+	}
+	switch {
+	case c.Listen == "":
+	case strings.HasPrefix(c.Listen, "tcp://"):
+		if c.Token == "" {
+			probs = append(probs, "listen on TCP requires a token (token or AGENTBOX_TOKEN)")
+		} else if len(c.Token) < 16 {
+			probs = append(probs, "token must be at least 16 characters")
+		}
+	default:
+		probs = append(probs, fmt.Sprintf("listen %q must be empty (unix socket) or tcp://HOST:PORT", c.Listen))
+	}
+	switch c.WorkspaceDriver {
+	case "auto", "overlay", "copy":
+	default:
+		probs = append(probs, fmt.Sprintf("workspace_driver %q is not one of auto, overlay, copy", c.WorkspaceDriver))
+	}
+	if (c.SandboxUID < 0) != (c.SandboxGID < 0) {
+		probs = append(probs, "sandbox_uid and sandbox_gid must both be set or both be -1")
+	}
+	if c.GitTimeout.Duration <= 0 {
+		probs = append(probs, "git_timeout must be positive")
+	}
+	if c.MaxDiffBytes <= 0 {
+		probs = append(probs, "max_diff_bytes must be positive")
+	}
+	if c.AuthorName == "" || c.AuthorEmail == "" || strings.ContainsAny(c.AuthorName+c.AuthorEmail, "<>\n") {
+		probs = append(probs, "author_name and author_email must be set and contain no <, > or newline")
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		probs = append(probs, fmt.Sprintf("log_level %q is not one of debug, info, warn, error", c.LogLevel))
+	}
+	switch c.LogFormat {
+	case "json", "text":
+	default:
+		probs = append(probs, fmt.Sprintf("log_format %q is not one of json, text", c.LogFormat))
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("invalid configuration: %s: %w", strings.Join(probs, "; "), errdefs.ErrInvalid)
+	}
+	return nil
+}

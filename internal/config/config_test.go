@@ -1,0 +1,64 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+func TestLoadFileEnvValidate(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agentbox.yaml")
+	os.WriteFile(file, []byte("data_dir: /srv/ab\nworkspace_driver: copy\ngit_timeout: 45s\n"), 0o600)
+	t.Setenv("AGENTBOX_DATA", "/srv/env")
+	c, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != "/srv/env" || c.WorkspaceDriver != "copy" || c.GitTimeout.Duration != 45*time.Second {
+		t.Errorf("got %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestStrictFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("data_dir: /x\nworkspace_drivr: copy\n"), 0o600)
+	if _, err := Load(file); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "workspace_drivr") {
+		t.Fatalf("unknown key: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := map[string]func(*Config){
+		"tcp without token": func(c *Config) { c.Listen = "tcp://127.0.0.1:7000" },
+		"short token":       func(c *Config) { c.Listen = "tcp://127.0.0.1:7000"; c.Token = "short" },
+		"bad listen":        func(c *Config) { c.Listen = "127.0.0.1:7000" },
+		"bad driver":        func(c *Config) { c.WorkspaceDriver = "zfs" },
+		"half uid":          func(c *Config) { c.SandboxUID = -1; c.SandboxGID = 5 },
+		"bad author":        func(c *Config) { c.AuthorEmail = "<x>" },
+		"long data dir":     func(c *Config) { c.DataDir = "/" + strings.Repeat("d", 120) },
+		"bad log level":     func(c *Config) { c.LogLevel = "loud" },
+	}
+	for name, mutate := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := Default()
+			mutate(&c)
+			if err := c.Validate(); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Fatalf("Validate = %v, want ErrInvalid", err)
+			}
+		})
+	}
+	c := Default()
+	c.Listen, c.Token = "tcp://127.0.0.1:7000", "0123456789abcdef0123"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

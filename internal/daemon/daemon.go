@@ -1,0 +1,128 @@
+// Package daemon runs `agentbox serve`: it opens the state, lets the
+// manager repair what a crash or reboot left (re-mounting every workspace)
+// and only then starts answering on the unix socket or on TCP.
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/store/sqlstore"
+	"github.com/agentbox/agentbox/internal/workspace"
+)
+
+// NewLogger builds the daemon's logger from the configuration.
+func NewLogger(cfg config.Config, w *os.File) *slog.Logger {
+	var lvl slog.Level
+	lvl.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// Run serves until ctx ends, then shuts down gracefully. ready, if set, is
+// called with the listening address once requests are accepted.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(addr string)) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("creating data dir %s: %w", cfg.DataDir, err)
+	}
+	// Listen first: a second daemon on the same socket must fail before it
+	// touches any state.
+	ln, addr, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
+	st, err := sqlstore.Open(ctx, filepath.Join(cfg.DataDir, "agentbox.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	m, err := manager.New(ctx, st, manager.Config{
+		DataDir: cfg.DataDir, Driver: cfg.WorkspaceDriver, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
+		Author:     workspace.Author{Name: cfg.AuthorName, Email: cfg.AuthorEmail},
+		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           api.New(m, api.Options{Token: cfg.Token, Logger: log}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("agentbox serving", "addr", addr, "data_dir", cfg.DataDir, "workspace_driver", m.Driver())
+	if ready != nil {
+		ready(addr)
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	log.Info("agentbox stopping", "grace", cfg.ShutdownGrace.Duration)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace.Duration)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("requests still running at the end of the grace period", "err", err)
+		srv.Close()
+	}
+	if strings.HasPrefix(addr, "unix://") {
+		os.Remove(strings.TrimPrefix(addr, "unix://"))
+	}
+	return nil
+}
+
+func listen(cfg config.Config) (net.Listener, string, error) {
+	if hostport, ok := strings.CutPrefix(cfg.Listen, "tcp://"); ok {
+		ln, err := net.Listen("tcp", hostport)
+		if err != nil {
+			return nil, "", fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+		}
+		return ln, "tcp://" + ln.Addr().String(), nil
+	}
+	sock := cfg.SocketPath()
+	if _, err := os.Lstat(sock); err == nil {
+		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+			c.Close()
+			return nil, "", fmt.Errorf("another agentbox daemon is serving on %s: %w", sock, errdefs.ErrConflict)
+		}
+		// A socket left by a daemon that died: nobody answers it.
+		if err := os.Remove(sock); err != nil {
+			return nil, "", fmt.Errorf("removing stale socket %s: %w", sock, err)
+		}
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, "", fmt.Errorf("listening on %s: %w", sock, err)
+	}
+	// The data dir is 0700 already; the socket is 0600 as well so that a
+	// looser data dir never widens access.
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	if ul, ok := ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
+	return ln, "unix://" + sock, nil
+}

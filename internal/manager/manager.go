@@ -1,0 +1,688 @@
+// Package manager owns the lifecycle of repos and workspaces: it keeps the
+// database and the disk in step, rolls back every half-made object, and on
+// start repairs what a crash or a reboot left (unfinished creates and
+// removals, missing mounts). The API layer calls it; it knows nothing of
+// HTTP.
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/fileapi"
+	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/repocache"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/workspace"
+)
+
+// Log keys, constant across the daemon.
+const (
+	KeyWorkspace = "workspace_id"
+	KeyRepo      = "repo_id"
+)
+
+// Config configures a Manager.
+type Config struct {
+	// DataDir holds repos/, pristine/, workspaces/, locks/.
+	DataDir string
+	// Driver is "auto", "overlay" or "copy".
+	Driver string
+	// UID and GID own workspace files (the sandbox user); -1 leaves them
+	// to the daemon's user.
+	UID, GID int
+	// Author signs commits made through the API unless the caller names one.
+	Author workspace.Author
+	// GitTimeout bounds host-side git operations on one workspace.
+	GitTimeout time.Duration
+	// MaxDiffBytes caps a diff.
+	MaxDiffBytes int64
+	// Logger is the daemon's logger.
+	Logger *slog.Logger
+}
+
+// Manager is the lifecycle owner. Its methods are safe for concurrent use.
+type Manager struct {
+	cfg     Config
+	st      store.Store
+	cache   *repocache.Cache
+	log     *slog.Logger
+	driver  string // resolved default driver
+	wsDir   string
+	locksMu sync.Mutex
+	locks   map[string]*sync.RWMutex
+
+	// failAt, when set by tests, is called at each named step of a
+	// multi-step operation and may return an error to inject a failure.
+	failAt func(step string) error
+}
+
+// New opens a manager over st, resolving the driver and repairing the
+// state a crash or reboot left before returning.
+func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Author.Name == "" {
+		cfg.Author = workspace.Author{Name: "agentbox", Email: "agentbox@localhost"}
+	}
+	m := &Manager{cfg: cfg, st: st, log: cfg.Logger, wsDir: filepath.Join(cfg.DataDir, "workspaces"), locks: map[string]*sync.RWMutex{}}
+	if err := os.MkdirAll(m.wsDir, 0o711); err != nil {
+		return nil, err
+	}
+	cache, err := repocache.New(st, repocache.Options{
+		ReposDir: filepath.Join(cfg.DataDir, "repos"), PristineDir: filepath.Join(cfg.DataDir, "pristine"),
+		LockDir: filepath.Join(cfg.DataDir, "locks"), UID: cfg.UID, GID: cfg.GID, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.cache = cache
+	switch cfg.Driver {
+	case "", "auto":
+		if err := workspace.ProbeOverlay(m.wsDir); err != nil {
+			m.log.WarnContext(ctx, "overlay unavailable, using the copy driver", "err", err)
+			m.driver = workspace.Copy
+		} else {
+			m.driver = workspace.Overlay
+		}
+	case workspace.Overlay:
+		if err := workspace.ProbeOverlay(m.wsDir); err != nil {
+			return nil, fmt.Errorf("workspace driver overlay configured but unusable in %s: %w", m.wsDir, err)
+		}
+		m.driver = workspace.Overlay
+	case workspace.Copy:
+		m.driver = workspace.Copy
+	default:
+		return nil, errdefs.Invalid("workspace driver %q is not one of auto, overlay, copy", cfg.Driver)
+	}
+	if err := m.Recover(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Driver is the default workspace driver in use.
+func (m *Manager) Driver() string { return m.driver }
+
+func (m *Manager) step(name string) error {
+	if m.failAt != nil {
+		return m.failAt(name)
+	}
+	return nil
+}
+
+func (m *Manager) lock(id string) *sync.RWMutex {
+	m.locksMu.Lock()
+	defer m.locksMu.Unlock()
+	l, ok := m.locks[id]
+	if !ok {
+		l = &sync.RWMutex{}
+		m.locks[id] = l
+	}
+	return l
+}
+
+func (m *Manager) event(ctx context.Context, e store.Event, detail map[string]any) {
+	if e.Actor == "" {
+		e.Actor = "api"
+	}
+	if detail != nil {
+		b, _ := json.Marshal(detail)
+		e.Detail = string(b)
+	}
+	if _, err := m.st.AppendEvent(ctx, e); err != nil {
+		m.log.WarnContext(ctx, "recording event", "type", e.Type, "err", err)
+	}
+}
+
+// cleanup runs registered undo steps in reverse unless released.
+type cleanup struct{ fns []func() }
+
+func (c *cleanup) add(f func()) { c.fns = append(c.fns, f) }
+func (c *cleanup) release()     { c.fns = nil }
+func (c *cleanup) run() {
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		c.fns[i]()
+	}
+}
+
+// --- repos
+
+// AddRepo caches the repo at rawURL (cloning once).
+func (m *Manager) AddRepo(ctx context.Context, rawURL string, progress io.Writer) (store.Repo, bool, error) {
+	return m.cache.Add(ctx, rawURL, progress)
+}
+
+// GetRepo finds a repo by ID or URL.
+func (m *Manager) GetRepo(ctx context.Context, idOrURL string) (store.Repo, error) {
+	return m.cache.Lookup(ctx, idOrURL)
+}
+
+// ListRepos lists cached repos.
+func (m *Manager) ListRepos(ctx context.Context) ([]store.Repo, error) { return m.st.ListRepos(ctx) }
+
+// FetchRepo updates a mirror; rawURL may carry credentials for this fetch.
+func (m *Manager) FetchRepo(ctx context.Context, idOrURL, rawURL string, progress io.Writer) (store.Repo, error) {
+	r, err := m.GetRepo(ctx, idOrURL)
+	if err != nil {
+		return r, err
+	}
+	return m.cache.Fetch(ctx, r.ID, rawURL, progress)
+}
+
+// RemoveRepo deletes a repo from the cache. While workspaces use it the
+// removal is refused unless force, which removes those workspaces first.
+func (m *Manager) RemoveRepo(ctx context.Context, idOrURL string, force bool) error {
+	r, err := m.GetRepo(ctx, idOrURL)
+	if err != nil {
+		return err
+	}
+	wss, err := m.st.ListWorkspaces(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	if len(wss) > 0 && !force {
+		names := make([]string, 0, len(wss))
+		for _, w := range wss {
+			names = append(names, w.ID)
+		}
+		return fmt.Errorf("repo %s is used by workspace(s) %s (use --force to remove them too): %w", r.ID, strings.Join(names, ", "), errdefs.ErrConflict)
+	}
+	// Children before parents does not matter: forks are independent copies.
+	for _, w := range wss {
+		if err := m.RemoveWorkspace(ctx, w.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("removing repo %s: %w", r.ID, err)
+		}
+	}
+	return m.cache.Remove(ctx, r.ID)
+}
+
+// --- workspaces
+
+// CreateRequest asks for a new workspace.
+type CreateRequest struct {
+	// Repo is a repo ID or a URL (added to the cache if needed).
+	Repo string `json:"repo"`
+	// Ref is a branch, tag or commit; empty means the default branch.
+	Ref string `json:"ref,omitempty"`
+	// Branch is the workspace's own branch; default agentbox/<id>.
+	Branch string `json:"branch,omitempty"`
+	// Task is a free-form label.
+	Task string `json:"task,omitempty"`
+	// Driver overrides the default driver ("overlay" or "copy").
+	Driver string `json:"driver,omitempty"`
+}
+
+func validTask(task string) error {
+	if len(task) > 200 {
+		return errdefs.Invalid("task label is longer than 200 bytes")
+	}
+	for _, r := range task {
+		if r < 0x20 || r == 0x7f {
+			return errdefs.Invalid("task label contains control characters")
+		}
+	}
+	return nil
+}
+
+// CreateWorkspace makes a workspace of repo at ref on its own branch.
+func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store.Workspace, error) {
+	driverName := req.Driver
+	if driverName == "" {
+		driverName = m.driver
+	}
+	drv, err := workspace.New(driverName)
+	if err != nil {
+		return store.Workspace{}, err
+	}
+	if driverName == workspace.Overlay && m.driver != workspace.Overlay {
+		return store.Workspace{}, fmt.Errorf("workspace driver overlay is not available on this host: %w", errdefs.ErrUnavailable)
+	}
+	if err := validTask(req.Task); err != nil {
+		return store.Workspace{}, err
+	}
+	if req.Branch != "" {
+		if err := workspace.ValidBranch(ctx, req.Branch); err != nil {
+			return store.Workspace{}, err
+		}
+	}
+	if req.Ref != "" {
+		if err := repocache.ValidRef(req.Ref); err != nil {
+			return store.Workspace{}, err
+		}
+	}
+	if strings.TrimSpace(req.Repo) == "" {
+		return store.Workspace{}, errdefs.Invalid("repo is required (a repo ID or URL)")
+	}
+	var repo store.Repo
+	if ids.HasPrefix(req.Repo, "repo") {
+		repo, err = m.st.GetRepo(ctx, req.Repo)
+	} else {
+		repo, _, err = m.cache.Add(ctx, req.Repo, nil)
+	}
+	if err != nil {
+		return store.Workspace{}, err
+	}
+	commit, err := m.cache.Resolve(ctx, repo, req.Ref)
+	if err != nil {
+		return store.Workspace{}, err
+	}
+	var pristine store.Pristine
+	if driverName == workspace.Overlay {
+		if pristine, err = m.cache.Pristine(ctx, repo, commit); err != nil {
+			return store.Workspace{}, err
+		}
+	}
+
+	id := ids.New("ws")
+	branch := req.Branch
+	if branch == "" {
+		branch = "agentbox/" + id
+	}
+	ref := req.Ref
+	if ref == "" {
+		ref = repo.DefaultBranch
+	}
+	now := time.Now().UTC()
+	w := store.Workspace{ID: id, RepoID: repo.ID, PristineID: pristine.ID, Ref: ref, BaseCommit: commit,
+		Branch: branch, Task: req.Task, Driver: driverName, Dir: filepath.Join(m.wsDir, id),
+		State: store.WorkspaceCreating, CreatedAt: now, UpdatedAt: now}
+
+	var undo cleanup
+	defer undo.run()
+	if err := m.step("row"); err != nil {
+		return w, err
+	}
+	if err := m.st.CreateWorkspace(ctx, w); err != nil {
+		return w, err
+	}
+	undo.add(func() { m.st.DeleteWorkspace(context.WithoutCancel(ctx), id) })
+	if err := m.step("dir"); err != nil {
+		return w, err
+	}
+	if err := os.Mkdir(w.Dir, 0o711); err != nil {
+		return w, fmt.Errorf("creating workspace %s: %w", id, err)
+	}
+	undo.add(func() { workspace.Remove(context.WithoutCancel(ctx), drv, w.Dir) })
+	if err := m.step("files"); err != nil {
+		return w, err
+	}
+	if err := drv.Create(ctx, w.Dir, workspace.Source{Repo: repo, Commit: commit, Lower: pristine.Path, UID: m.cfg.UID, GID: m.cfg.GID}); err != nil {
+		return w, fmt.Errorf("creating workspace %s: %w", id, err)
+	}
+	if err := m.step("hostgit"); err != nil {
+		return w, err
+	}
+	seed := filepath.Join(drv.Files(w.Dir), ".git", "index")
+	if pristine.Path != "" {
+		seed = filepath.Join(pristine.Path, ".git", "index")
+	}
+	if err := workspace.InitHostGit(ctx, w.Dir, repo.Path, seed); err != nil {
+		return w, fmt.Errorf("creating workspace %s: %w", id, err)
+	}
+	if err := m.step("branch"); err != nil {
+		return w, err
+	}
+	if err := workspace.SetBranch(ctx, drv.Files(w.Dir), branch, commit, m.cfg.UID, m.cfg.GID); err != nil {
+		return w, fmt.Errorf("creating workspace %s: %w", id, err)
+	}
+	if err := m.step("ready"); err != nil {
+		return w, err
+	}
+	w.State = store.WorkspaceReady
+	if err := m.st.UpdateWorkspace(ctx, w); err != nil {
+		return w, err
+	}
+	undo.release()
+	if pristine.ID != "" {
+		m.st.TouchPristine(ctx, pristine.ID, now)
+	}
+	repo.LastUsedAt = now
+	m.st.UpdateRepo(ctx, repo)
+	m.event(ctx, store.Event{Type: "workspace.created", RepoID: repo.ID, WorkspaceID: id},
+		map[string]any{"commit": commit, "branch": branch, "driver": driverName, "task": req.Task})
+	m.log.InfoContext(ctx, "workspace created", KeyWorkspace, id, KeyRepo, repo.ID, "driver", driverName)
+	return w, nil
+}
+
+// GetWorkspace returns a workspace by ID.
+func (m *Manager) GetWorkspace(ctx context.Context, id string) (store.Workspace, error) {
+	if strings.TrimSpace(id) == "" {
+		return store.Workspace{}, errdefs.Invalid("workspace ID is empty")
+	}
+	return m.st.GetWorkspace(ctx, id)
+}
+
+// ListFilter selects workspaces.
+type ListFilter struct {
+	Repo string
+	Task string
+}
+
+// ListWorkspaces lists workspaces, optionally of one repo or task.
+func (m *Manager) ListWorkspaces(ctx context.Context, f ListFilter) ([]store.Workspace, error) {
+	repoID := ""
+	if f.Repo != "" {
+		r, err := m.GetRepo(ctx, f.Repo)
+		if err != nil {
+			return nil, err
+		}
+		repoID = r.ID
+	}
+	all, err := m.st.ListWorkspaces(ctx, repoID)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, w := range all {
+		if f.Task == "" || w.Task == f.Task {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+// FilesPath is the host path of a workspace's files.
+func (m *Manager) FilesPath(w store.Workspace) string {
+	drv, _ := workspace.New(w.Driver)
+	return drv.Files(w.Dir)
+}
+
+// RemoveWorkspace unmounts and deletes a workspace. The row is marked
+// removing first so that a crash midway is finished at the next start.
+func (m *Manager) RemoveWorkspace(ctx context.Context, id string) error {
+	w, err := m.GetWorkspace(ctx, id)
+	if err != nil {
+		return err
+	}
+	l := m.lock(id)
+	l.Lock()
+	defer l.Unlock()
+	if err := m.finishRemove(ctx, w); err != nil {
+		return err
+	}
+	m.locksMu.Lock()
+	delete(m.locks, id)
+	m.locksMu.Unlock()
+	m.event(ctx, store.Event{Type: "workspace.removed", RepoID: w.RepoID, WorkspaceID: id}, nil)
+	m.log.InfoContext(ctx, "workspace removed", KeyWorkspace, id)
+	return nil
+}
+
+func (m *Manager) finishRemove(ctx context.Context, w store.Workspace) error {
+	if w.State != store.WorkspaceRemoving {
+		w.State = store.WorkspaceRemoving
+		w.UpdatedAt = time.Now().UTC()
+		if err := m.st.UpdateWorkspace(ctx, w); err != nil {
+			return err
+		}
+	}
+	drv, err := workspace.New(w.Driver)
+	if err != nil {
+		return err
+	}
+	if err := workspace.Remove(ctx, drv, w.Dir); err != nil {
+		return fmt.Errorf("removing workspace %s: %w", w.ID, err)
+	}
+	return m.st.DeleteWorkspace(ctx, w.ID)
+}
+
+// ForkRequest asks for a copy of a workspace.
+type ForkRequest struct {
+	Branch string `json:"branch,omitempty"`
+	Task   string `json:"task,omitempty"`
+}
+
+// ForkWorkspace makes an independent copy of workspace id, copying only
+// its own changes (overlay), on a new branch at the parent's head.
+func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest) (store.Workspace, error) {
+	parent, err := m.GetWorkspace(ctx, id)
+	if err != nil {
+		return parent, err
+	}
+	if parent.State != store.WorkspaceReady {
+		return parent, fmt.Errorf("workspace %s is %s: %w", id, parent.State, errdefs.ErrConflict)
+	}
+	if err := validTask(req.Task); err != nil {
+		return store.Workspace{}, err
+	}
+	if req.Branch != "" {
+		if err := workspace.ValidBranch(ctx, req.Branch); err != nil {
+			return store.Workspace{}, err
+		}
+	}
+	drv, err := workspace.New(parent.Driver)
+	if err != nil {
+		return parent, err
+	}
+	var lower string
+	if parent.PristineID != "" {
+		p, err := m.st.GetPristine(ctx, parent.PristineID)
+		if err != nil {
+			return parent, err
+		}
+		lower = p.Path
+	}
+	// Writers are held off while the parent is copied.
+	l := m.lock(id)
+	l.Lock()
+	defer l.Unlock()
+
+	cid := ids.New("ws")
+	branch := req.Branch
+	if branch == "" {
+		branch = "agentbox/" + cid
+	}
+	task := req.Task
+	if task == "" {
+		task = parent.Task
+	}
+	now := time.Now().UTC()
+	w := parent
+	w.ID, w.ParentID, w.Branch, w.Task, w.Dir = cid, parent.ID, branch, task, filepath.Join(m.wsDir, cid)
+	w.State, w.CreatedAt, w.UpdatedAt = store.WorkspaceCreating, now, now
+
+	var undo cleanup
+	defer undo.run()
+	if err := m.st.CreateWorkspace(ctx, w); err != nil {
+		return w, err
+	}
+	undo.add(func() { m.st.DeleteWorkspace(context.WithoutCancel(ctx), cid) })
+	if err := os.Mkdir(w.Dir, 0o711); err != nil {
+		return w, err
+	}
+	undo.add(func() { workspace.Remove(context.WithoutCancel(ctx), drv, w.Dir) })
+	if err := m.step("fork-files"); err != nil {
+		return w, err
+	}
+	if err := drv.Fork(ctx, parent.Dir, w.Dir, lower, m.cfg.UID, m.cfg.GID); err != nil {
+		return w, fmt.Errorf("forking workspace %s: %w", id, err)
+	}
+	if err := workspace.ForkHostGit(ctx, parent.Dir, w.Dir); err != nil {
+		return w, fmt.Errorf("forking workspace %s: %w", id, err)
+	}
+	_, head, err := workspace.Head(drv.Files(w.Dir))
+	if err != nil {
+		return w, fmt.Errorf("forking workspace %s: %w", id, err)
+	}
+	if head != "" {
+		if err := workspace.SetBranch(ctx, drv.Files(w.Dir), branch, head, m.cfg.UID, m.cfg.GID); err != nil {
+			return w, fmt.Errorf("forking workspace %s: %w", id, err)
+		}
+	}
+	if err := m.step("fork-ready"); err != nil {
+		return w, err
+	}
+	w.State = store.WorkspaceReady
+	if err := m.st.UpdateWorkspace(ctx, w); err != nil {
+		return w, err
+	}
+	undo.release()
+	m.event(ctx, store.Event{Type: "workspace.forked", RepoID: w.RepoID, WorkspaceID: cid},
+		map[string]any{"parent_id": id, "branch": branch})
+	return w, nil
+}
+
+// ready fetches a workspace that must be usable, and makes sure its files
+// are attached (mounted).
+func (m *Manager) ready(ctx context.Context, id string) (store.Workspace, workspace.Driver, error) {
+	w, err := m.GetWorkspace(ctx, id)
+	if err != nil {
+		return w, nil, err
+	}
+	if w.State != store.WorkspaceReady {
+		return w, nil, fmt.Errorf("workspace %s is %s: %w", id, w.State, errdefs.ErrConflict)
+	}
+	drv, err := workspace.New(w.Driver)
+	if err != nil {
+		return w, nil, err
+	}
+	return w, drv, nil
+}
+
+func (m *Manager) git(w store.Workspace, drv workspace.Driver) workspace.Git {
+	return workspace.Git{Dir: w.Dir, Files: drv.Files(w.Dir), Timeout: m.cfg.GitTimeout, MaxDiffBytes: m.cfg.MaxDiffBytes}
+}
+
+// Status describes a workspace's files relative to its base.
+type Status struct {
+	ID         string             `json:"id"`
+	Branch     string             `json:"branch"`
+	Head       string             `json:"head"`
+	BaseCommit string             `json:"base_commit"`
+	Dirty      bool               `json:"dirty"`
+	Changes    []workspace.Change `json:"changes"`
+}
+
+// Status lists what changed since the base commit.
+func (m *Manager) Status(ctx context.Context, id string) (Status, error) {
+	w, drv, err := m.ready(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	l := m.lock(id)
+	l.Lock()
+	defer l.Unlock()
+	changes, err := m.git(w, drv).Changes(ctx, w.BaseCommit)
+	if err != nil {
+		return Status{}, fmt.Errorf("workspace %s: %w", id, err)
+	}
+	branch, head, err := workspace.Head(drv.Files(w.Dir))
+	if err != nil {
+		return Status{}, fmt.Errorf("workspace %s: %w", id, err)
+	}
+	s := Status{ID: id, Branch: branch, Head: head, BaseCommit: w.BaseCommit, Dirty: len(changes) > 0, Changes: changes}
+	m.setDirty(ctx, w, s.Dirty)
+	return s, nil
+}
+
+func (m *Manager) setDirty(ctx context.Context, w store.Workspace, dirty bool) {
+	if w.Dirty == dirty {
+		return
+	}
+	w.Dirty = dirty
+	w.UpdatedAt = time.Now().UTC()
+	if err := m.st.UpdateWorkspace(ctx, w); err != nil {
+		m.log.WarnContext(ctx, "updating workspace", KeyWorkspace, w.ID, "err", err)
+	}
+}
+
+// Diff is the unified diff from the base commit to the files.
+func (m *Manager) Diff(ctx context.Context, id string, paths []string) ([]byte, error) {
+	w, drv, err := m.ready(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		if _, err := fileapi.CleanPath(p); err != nil {
+			return nil, err
+		}
+	}
+	l := m.lock(id)
+	l.Lock()
+	defer l.Unlock()
+	d, err := m.git(w, drv).Diff(ctx, w.BaseCommit, paths...)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %s: %w", id, err)
+	}
+	if len(paths) == 0 {
+		m.setDirty(ctx, w, len(d) > 0)
+	}
+	return d, nil
+}
+
+// CommitResult is what a commit made.
+type CommitResult struct {
+	ID     string `json:"id"`
+	Commit string `json:"commit"`
+	Branch string `json:"branch"`
+}
+
+// Commit records every change as a commit on the workspace's branch.
+func (m *Manager) Commit(ctx context.Context, id, msg string, author *workspace.Author) (CommitResult, error) {
+	w, drv, err := m.ready(ctx, id)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	a := m.cfg.Author
+	if author != nil && (author.Name != "" || author.Email != "") {
+		a = *author
+	}
+	l := m.lock(id)
+	l.Lock()
+	defer l.Unlock()
+	sha, err := m.git(w, drv).Commit(ctx, msg, a, m.cfg.UID, m.cfg.GID)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	branch, _, _ := workspace.Head(drv.Files(w.Dir))
+	m.event(ctx, store.Event{Type: "workspace.committed", RepoID: w.RepoID, WorkspaceID: id}, map[string]any{"commit": sha, "branch": branch})
+	return CommitResult{ID: id, Commit: sha, Branch: branch}, nil
+}
+
+// Files opens the file API of a workspace for one operation. write says
+// whether the operation changes files: writers share the workspace with
+// each other and are held off while a fork copies it. Call release when done.
+func (m *Manager) Files(ctx context.Context, id string, write bool) (fs *fileapi.FS, release func(), err error) {
+	w, drv, err := m.ready(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	l := m.lock(id)
+	l.RLock()
+	f, err := fileapi.Open(drv.Files(w.Dir), fileapi.Options{UID: m.cfg.UID, GID: m.cfg.GID})
+	if err != nil {
+		l.RUnlock()
+		return nil, nil, fmt.Errorf("workspace %s: %w", id, err)
+	}
+	return f, func() {
+		f.Close()
+		l.RUnlock()
+	}, nil
+}
+
+// FileChanged records a change made through the file API.
+func (m *Manager) FileChanged(ctx context.Context, id, op, path string) {
+	w, err := m.st.GetWorkspace(ctx, id)
+	if err != nil {
+		return
+	}
+	m.setDirty(ctx, w, true)
+	m.event(ctx, store.Event{Type: "file." + op, RepoID: w.RepoID, WorkspaceID: id}, map[string]any{"path": path})
+}
+
+// Events lists the event log.
+func (m *Manager) Events(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
+	return m.st.ListEvents(ctx, f)
+}

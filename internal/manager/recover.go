@@ -1,0 +1,80 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/workspace"
+)
+
+// Recover repairs what a crash or a reboot left, before the daemon serves:
+// creates that did not finish are rolled back, removals that did not finish
+// are completed, and every ready workspace whose files are not mounted (a
+// reboot, a manual umount) is mounted again. Each repair is an event.
+func (m *Manager) Recover(ctx context.Context) error {
+	for _, dir := range []string{filepath.Join(m.cfg.DataDir, "repos"), filepath.Join(m.cfg.DataDir, "pristine")} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".tmp-") {
+				os.RemoveAll(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	wss, err := m.st.ListWorkspaces(ctx, "")
+	if err != nil {
+		return fmt.Errorf("recovering: %w", err)
+	}
+	var errs []error
+	for _, w := range wss {
+		ev := store.Event{Actor: "daemon", RepoID: w.RepoID, WorkspaceID: w.ID}
+		switch w.State {
+		case store.WorkspaceCreating, store.WorkspaceRemoving:
+			if err := m.finishRemove(ctx, w); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			ev.Type = "workspace.rolled_back"
+			if w.State == store.WorkspaceRemoving {
+				ev.Type = "workspace.removed"
+			}
+			m.event(ctx, ev, map[string]any{"reason": "unfinished " + w.State + " at start"})
+		case store.WorkspaceReady:
+			drv, err := workspace.New(w.Driver)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			ok, err := drv.Attached(w.Dir)
+			if err != nil || ok {
+				continue
+			}
+			lower := ""
+			if w.PristineID != "" {
+				p, err := m.st.GetPristine(ctx, w.PristineID)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("workspace %s: %w", w.ID, err))
+					continue
+				}
+				lower = p.Path
+			}
+			if err := drv.Attach(ctx, w.Dir, lower); err != nil {
+				errs = append(errs, fmt.Errorf("re-mounting workspace %s: %w", w.ID, err))
+				continue
+			}
+			ev.Type = "workspace.remounted"
+			m.event(ctx, ev, nil)
+			m.log.InfoContext(ctx, "workspace re-mounted", KeyWorkspace, w.ID)
+		}
+	}
+	// A workspace that cannot be repaired is reported, not fatal: the
+	// others must still be served.
+	if err := errors.Join(errs...); err != nil {
+		m.log.ErrorContext(ctx, "recovery incomplete", "err", err)
+	}
+	return nil
+}

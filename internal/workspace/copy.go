@@ -1,0 +1,51 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/agentbox/agentbox/internal/repocache"
+)
+
+// copyDriver keeps each workspace as a standalone clone of the mirror. It
+// works on any file system; creation and fork cost grows with the repo.
+type copyDriver struct{}
+
+func (copyDriver) Name() string            { return Copy }
+func (copyDriver) Files(dir string) string { return filepath.Join(dir, "tree") }
+
+func (d copyDriver) Create(ctx context.Context, dir string, src Source) error {
+	return repocache.CheckoutRepo(ctx, src.Repo, src.Commit, d.Files(dir), src.UID, src.GID)
+}
+
+func (d copyDriver) Fork(ctx context.Context, parentDir, dir, lower string, uid, gid int) error {
+	return copyTree(ctx, d.Files(parentDir), d.Files(dir))
+}
+
+func (copyDriver) Attach(context.Context, string, string) error { return nil }
+func (copyDriver) Detach(context.Context, string) error         { return nil }
+
+func (d copyDriver) Attached(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(d.Files(dir), ".git"))
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// copyTree copies src to dst preserving owners, modes, links, extended
+// attributes (overlay whiteouts and opaque markers) and sparseness; it
+// clones extents where the file system can.
+func copyTree(ctx context.Context, src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", "--sparse=always", "--", src+"/.", dst+"/").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("copying %s: %v: %s", src, err, out)
+	}
+	return nil
+}

@@ -1,0 +1,358 @@
+package workspace
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/fileapi"
+	"github.com/agentbox/agentbox/internal/gitx"
+)
+
+var shaRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+
+// InitHostGit creates the host-private git directory of the workspace at
+// dir, borrowing objects from mirror (a bare repository path) and seeding
+// its index from seedIndex (a trusted index of the same files, or "").
+func InitHostGit(ctx context.Context, dir, mirror, seedIndex string) error {
+	hg := HostGitDir(dir)
+	if _, err := gitx.Run(ctx, gitx.Cmd{Hardened: true, Args: []string{"init", "--quiet", "--bare", "--template=", hg}}); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(hg, "objects", "info"), 0o700); err != nil {
+		return err
+	}
+	alt := filepath.Join(mirror, "objects") + "\n"
+	if err := os.WriteFile(filepath.Join(hg, "objects", "info", "alternates"), []byte(alt), 0o600); err != nil {
+		return err
+	}
+	if seedIndex != "" {
+		return copyFile(seedIndex, filepath.Join(hg, "index"))
+	}
+	return nil
+}
+
+// ForkHostGit gives the workspace at dir a host-private git directory that
+// starts from the parent's index and objects.
+func ForkHostGit(ctx context.Context, parentDir, dir string) error {
+	return copyTree(ctx, HostGitDir(parentDir), HostGitDir(dir))
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Git runs host-side git for the workspace at dir whose files are at files.
+type Git struct {
+	Dir, Files string
+	// Timeout bounds each operation (hostile trees can be slow); 0 = 2 min.
+	Timeout time.Duration
+	// MaxDiffBytes caps a diff; 0 = 64 MiB.
+	MaxDiffBytes int64
+}
+
+func (g Git) run(ctx context.Context, max int64, stdin io.Reader, args ...string) ([]byte, error) {
+	hg := HostGitDir(g.Dir)
+	timeout := g.Timeout
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := gitx.Run(ctx, gitx.Cmd{Hardened: true, MaxOutput: max, Stdin: stdin,
+		Args: append([]string{"-c", "core.bare=false", "-c", "core.quotePath=false", "-c", "core.autocrlf=false", "-c", "core.symlinks=true"}, args...),
+		Env:  []string{"GIT_DIR=" + hg, "GIT_WORK_TREE=" + g.Files, "GIT_INDEX_FILE=" + filepath.Join(hg, "index")}})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("workspace %s: git took longer than %s: %w", filepath.Base(g.Dir), timeout, errdefs.ErrUnavailable)
+	}
+	if errors.Is(err, gitx.ErrOutputTooLarge) {
+		return nil, fmt.Errorf("workspace %s: %v: %w", filepath.Base(g.Dir), err, errdefs.ErrTooLarge)
+	}
+	return out, err
+}
+
+// stage records the current files in the host index. The caller holds the
+// workspace's lock, so an index.lock left behind is stale (a crash).
+func (g Git) stage(ctx context.Context) error {
+	os.Remove(filepath.Join(HostGitDir(g.Dir), "index.lock"))
+	_, err := g.run(ctx, 0, nil, "add", "--all", "--", ".")
+	return err
+}
+
+// Change is one changed path relative to the base commit.
+type Change struct {
+	// Status is A (added), M (modified), D (deleted), T (type changed).
+	Status string `json:"status"`
+	Path   string `json:"path"`
+}
+
+// Changes lists the paths that differ from base.
+func (g Git) Changes(ctx context.Context, base string) ([]Change, error) {
+	if err := g.stage(ctx); err != nil {
+		return nil, err
+	}
+	out, err := g.run(ctx, 0, nil, "diff", "--cached", "--no-renames", "--name-status", "-z", "--no-ext-diff", base, "--")
+	if err != nil {
+		return nil, err
+	}
+	parts := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	changes := []Change{}
+	for i := 0; i+1 < len(parts); i += 2 {
+		changes = append(changes, Change{Status: parts[i], Path: parts[i+1]})
+	}
+	return changes, nil
+}
+
+// Diff is the unified diff (with binary patches) from base to the files,
+// new and deleted files included.
+func (g Git) Diff(ctx context.Context, base string, paths ...string) ([]byte, error) {
+	if err := g.stage(ctx); err != nil {
+		return nil, err
+	}
+	max := g.MaxDiffBytes
+	if max == 0 {
+		max = 64 << 20
+	}
+	args := []string{"diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", base, "--"}
+	return g.run(ctx, max, nil, append(args, paths...)...)
+}
+
+// Head reads the workspace's HEAD from its .git through os.Root: the branch
+// (empty when detached) and the commit.
+func Head(files string) (branch, commit string, err error) {
+	root, err := os.OpenRoot(files)
+	if err != nil {
+		return "", "", err
+	}
+	defer root.Close()
+	head, err := readSmall(root, ".git/HEAD")
+	if err != nil {
+		return "", "", fmt.Errorf("reading HEAD: %w", err)
+	}
+	head = strings.TrimSpace(head)
+	if shaRE.MatchString(head) {
+		return "", head, nil
+	}
+	ref, ok := strings.CutPrefix(head, "ref: ")
+	if !ok || !strings.HasPrefix(ref, "refs/heads/") || strings.Contains(ref, "..") {
+		return "", "", fmt.Errorf("unexpected HEAD %q", head)
+	}
+	branch = strings.TrimPrefix(ref, "refs/heads/")
+	if s, err := readSmall(root, ".git/"+ref); err == nil && shaRE.MatchString(strings.TrimSpace(s)) {
+		return branch, strings.TrimSpace(s), nil
+	}
+	packed, err := readSmall(root, ".git/packed-refs")
+	if err == nil {
+		sc := bufio.NewScanner(strings.NewReader(packed))
+		for sc.Scan() {
+			if sha, name, ok := strings.Cut(sc.Text(), " "); ok && name == ref && shaRE.MatchString(sha) {
+				return branch, sha, nil
+			}
+		}
+	}
+	return branch, "", nil // unborn branch
+}
+
+// readSmall reads a regular file of at most 1 MiB inside root.
+func readSmall(root *os.Root, name string) (string, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() || st.Size() > 1<<20 {
+		return "", fmt.Errorf("%s is not a small regular file", name)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	return string(b), err
+}
+
+// SetBranch points the workspace at a new branch at commit, through the
+// file API (atomic, durable, owned by uid:gid, never following links out).
+func SetBranch(ctx context.Context, files, branch, commit string, uid, gid int) error {
+	fsys, err := fileapi.Open(files, fileapi.Options{UID: uid, GID: gid})
+	if err != nil {
+		return err
+	}
+	defer fsys.Close()
+	if _, err := fsys.Write(ctx, ".git/refs/heads/"+branch, strings.NewReader(commit+"\n"), 0o644, true); err != nil {
+		return fmt.Errorf("writing branch %s: %w", branch, err)
+	}
+	if _, err := fsys.Write(ctx, ".git/HEAD", strings.NewReader("ref: refs/heads/"+branch+"\n"), 0o644, false); err != nil {
+		return fmt.Errorf("writing HEAD: %w", err)
+	}
+	return nil
+}
+
+// ValidBranch checks a branch name with git's own rules.
+func ValidBranch(ctx context.Context, name string) error {
+	if name == "" || strings.HasPrefix(name, "-") || len(name) > 200 {
+		return errdefs.Invalid("branch name %q is not valid", name)
+	}
+	if _, err := gitx.Run(ctx, gitx.Cmd{Hardened: true, Args: []string{"check-ref-format", "--branch", name}}); err != nil {
+		return errdefs.Invalid("branch name %q is not valid", name)
+	}
+	if strings.HasPrefix(name, "refs/") || name == "HEAD" {
+		return errdefs.Invalid("branch name %q is not valid", name)
+	}
+	return nil
+}
+
+// Author is a commit identity.
+type Author struct {
+	Name  string `json:"name"`
+	Email string `json:"email"`
+}
+
+// Commit records every change in the files as one commit on the
+// workspace's branch (like git add -A && git commit) and returns its name.
+// The commit is built in hostgit and copied into the workspace's .git.
+func (g Git) Commit(ctx context.Context, msg string, author Author, uid, gid int) (string, error) {
+	if strings.TrimSpace(msg) == "" {
+		return "", errdefs.Invalid("commit message is empty")
+	}
+	if strings.ContainsAny(author.Name+author.Email, "<>\n\x00") || author.Name == "" || author.Email == "" {
+		return "", errdefs.Invalid("commit author %q <%s> is not valid", author.Name, author.Email)
+	}
+	branch, parent, err := Head(g.Files)
+	if err != nil {
+		return "", fmt.Errorf("workspace %s: %w", filepath.Base(g.Dir), err)
+	}
+	if err := g.stage(ctx); err != nil {
+		return "", err
+	}
+	out, err := g.run(ctx, 0, nil, "write-tree")
+	if err != nil {
+		return "", err
+	}
+	tree := strings.TrimSpace(string(out))
+	if parent != "" {
+		if pt, err := g.run(ctx, 0, nil, "rev-parse", "--verify", "--quiet", parent+"^{tree}"); err == nil && strings.TrimSpace(string(pt)) == tree {
+			return "", fmt.Errorf("workspace %s: nothing to commit: %w", filepath.Base(g.Dir), errdefs.ErrConflict)
+		}
+	}
+	now := time.Now()
+	stamp := fmt.Sprintf("%d %s", now.Unix(), now.Format("-0700"))
+	var obj bytes.Buffer
+	fmt.Fprintf(&obj, "tree %s\n", tree)
+	if parent != "" {
+		fmt.Fprintf(&obj, "parent %s\n", parent)
+	}
+	fmt.Fprintf(&obj, "author %s <%s> %s\ncommitter %s <%s> %s\n\n%s", author.Name, author.Email, stamp, author.Name, author.Email, stamp, msg)
+	if !strings.HasSuffix(msg, "\n") {
+		obj.WriteByte('\n')
+	}
+	out, err = g.run(ctx, 0, &obj, "hash-object", "-t", "commit", "-w", "--stdin")
+	if err != nil {
+		return "", err
+	}
+	commit := strings.TrimSpace(string(out))
+	if err := g.exportObjects(ctx, uid, gid); err != nil {
+		return "", fmt.Errorf("workspace %s: copying objects: %w", filepath.Base(g.Dir), err)
+	}
+	fsys, err := fileapi.Open(g.Files, fileapi.Options{UID: uid, GID: gid})
+	if err != nil {
+		return "", err
+	}
+	defer fsys.Close()
+	// The workspace's index now matches the commit: copy the host's.
+	idx, err := os.Open(filepath.Join(HostGitDir(g.Dir), "index"))
+	if err != nil {
+		return "", err
+	}
+	defer idx.Close()
+	if _, err := fsys.Write(ctx, ".git/index", idx, 0o644, false); err != nil {
+		return "", err
+	}
+	target := ".git/HEAD"
+	content := commit + "\n"
+	if branch != "" {
+		target = ".git/refs/heads/" + branch
+	}
+	if _, err := fsys.Write(ctx, target, strings.NewReader(content), 0o644, true); err != nil {
+		return "", err
+	}
+	return commit, nil
+}
+
+// exportObjects copies hostgit's loose objects into the workspace's
+// .git/objects through os.Root, skipping those already present.
+func (g Git) exportObjects(ctx context.Context, uid, gid int) error {
+	src := filepath.Join(HostGitDir(g.Dir), "objects")
+	root, err := os.OpenRoot(g.Files)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || ctx.Err() != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		fan := filepath.Dir(rel)
+		if len(fan) != 2 || len(d.Name()) < 38 {
+			return nil // info/, pack/
+		}
+		name := filepath.Join(".git", "objects", rel)
+		if _, err := root.Lstat(name); err == nil {
+			return nil
+		}
+		dirName := filepath.Join(".git", "objects", fan)
+		if err := root.Mkdir(dirName, 0o755); err == nil && uid >= 0 {
+			root.Lchown(dirName, uid, gid)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		tmp := name + ".agentbox-tmp"
+		f, err := root.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o444)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(data); err == nil {
+			err = f.Sync()
+		}
+		if uid >= 0 {
+			f.Chown(uid, gid)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = root.Rename(tmp, name)
+		}
+		if err != nil {
+			root.Remove(tmp)
+		}
+		return err
+	})
+}

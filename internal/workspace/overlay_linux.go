@@ -1,0 +1,174 @@
+package workspace
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// overlayDriver stacks each workspace's own upper layer on a shared,
+// read-only pristine checkout. Creation is a mount and a few small files,
+// whatever the size of the repo; a fork copies only the upper layer.
+type overlayDriver struct{}
+
+func (overlayDriver) Name() string            { return Overlay }
+func (overlayDriver) Files(dir string) string { return filepath.Join(dir, "merged") }
+
+func (d overlayDriver) Create(ctx context.Context, dir string, src Source) error {
+	if src.Lower == "" {
+		return errdefs.Invalid("overlay workspace needs a pristine checkout")
+	}
+	for _, sub := range []string{"upper", "work", "merged"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	// The upper root's owner is the owner of the workspace root as seen
+	// through the mount.
+	if src.UID >= 0 {
+		if err := os.Lchown(filepath.Join(dir, "upper"), src.UID, src.GID); err != nil {
+			return err
+		}
+	}
+	return d.Attach(ctx, dir, src.Lower)
+}
+
+func (d overlayDriver) Fork(ctx context.Context, parentDir, dir, lower string, uid, gid int) error {
+	if err := os.Mkdir(filepath.Join(dir, "work"), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(dir, "merged"), 0o755); err != nil {
+		return err
+	}
+	if err := copyTree(ctx, filepath.Join(parentDir, "upper"), filepath.Join(dir, "upper")); err != nil {
+		return err
+	}
+	return d.Attach(ctx, dir, lower)
+}
+
+// mountOptions refuses paths that would be misread inside overlay's
+// comma- and colon-separated option string.
+func mountOptions(lower, upper, work string) (string, error) {
+	for _, p := range []string{lower, upper, work} {
+		if strings.ContainsAny(p, ",:\\") {
+			return "", errdefs.Invalid("path %q contains ',', ':' or '\\', which overlay mount options cannot carry; use the copy driver or another data dir", p)
+		}
+	}
+	// index=off and metacopy=off keep the upper layer self-contained, so a
+	// fork can copy it and mount it over the same lower layer.
+	return fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off", lower, upper, work), nil
+}
+
+func (d overlayDriver) Attach(ctx context.Context, dir, lower string) error {
+	merged := d.Files(dir)
+	if ok, err := d.Attached(dir); err != nil || ok {
+		return err
+	}
+	if _, err := os.Stat(lower); err != nil {
+		return fmt.Errorf("mounting %s: lower layer %s: %w", merged, lower, errdefs.ErrUnavailable)
+	}
+	opts, err := mountOptions(lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mounting overlay at %s: %w", merged, err)
+	}
+	return nil
+}
+
+func (d overlayDriver) Detach(ctx context.Context, dir string) error {
+	merged := d.Files(dir)
+	for range 3 {
+		ok, err := d.Attached(dir)
+		if err != nil || !ok {
+			return err
+		}
+		err = unix.Unmount(merged, 0)
+		if errors.Is(err, unix.EBUSY) {
+			// Something still holds it (a sandbox's bind mount, a shell);
+			// detach lazily: the files stay in upper, nothing is lost.
+			err = unix.Unmount(merged, unix.MNT_DETACH)
+		}
+		if err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmounting %s: %w", merged, err)
+		}
+	}
+	return nil
+}
+
+func (d overlayDriver) Attached(dir string) (bool, error) {
+	return IsMountPoint(d.Files(dir))
+}
+
+// IsMountPoint reports whether path is a mount point in this mount
+// namespace, from /proc/self/mountinfo.
+func IsMountPoint(path string) (bool, error) {
+	path = filepath.Clean(path)
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMount(fields[4]) == path {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescapeMount decodes the octal escapes (\040 for space) of mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// ProbeOverlay reports whether overlay mounts work in scratch (a directory
+// on the file system that will hold workspaces).
+func ProbeOverlay(scratch string) error {
+	dir, err := os.MkdirTemp(scratch, ".overlay-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for _, sub := range []string{"lower", "upper", "work", "merged"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	d := overlayDriver{}
+	if err := d.Attach(context.Background(), dir, filepath.Join(dir, "lower")); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "merged", "x"), []byte("x"), 0o644); err != nil {
+		d.Detach(context.Background(), dir)
+		return fmt.Errorf("writing through overlay: %w", err)
+	}
+	return d.Detach(context.Background(), dir)
+}
