@@ -65,7 +65,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	mode := fs.FileMode(0o644)
+	mode := fs.FileMode(0) // keep an existing file's mode, else 0644
 	if v := r.URL.Query().Get("mode"); v != "" {
 		n, err := strconv.ParseUint(v, 8, 32)
 		if err != nil || n > 0o777 {

@@ -50,7 +50,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 				continue
 			}
 			ok, err := drv.Attached(w.Dir)
-			if err != nil || ok {
+			if err != nil {
+				errs = append(errs, fmt.Errorf("workspace %s: %w", w.ID, err))
+				continue
+			}
+			if ok {
+				m.sweep(ctx, drv, w)
 				continue
 			}
 			lower := ""
@@ -68,6 +73,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			ev.Type = "workspace.remounted"
 			m.event(ctx, ev, nil)
+			m.sweep(ctx, drv, w)
 			m.log.InfoContext(ctx, "workspace re-mounted", KeyWorkspace, w.ID)
 		}
 	}
@@ -77,4 +83,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.log.ErrorContext(ctx, "recovery incomplete", "err", err)
 	}
 	return nil
+}
+
+func (m *Manager) sweep(ctx context.Context, drv workspace.Driver, w store.Workspace) {
+	if n := workspace.SweepTemp(drv, w.Dir); n > 0 {
+		m.log.InfoContext(ctx, "removed temp files of interrupted writes", KeyWorkspace, w.ID, "count", n)
+	}
 }

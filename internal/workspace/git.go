@@ -37,6 +37,13 @@ func InitHostGit(ctx context.Context, dir, mirror, seedIndex string) error {
 	if err := os.WriteFile(filepath.Join(hg, "objects", "info", "alternates"), []byte(alt), 0o600); err != nil {
 		return err
 	}
+	// Temp files of writes cut short by a crash are never part of a result.
+	if err := os.MkdirAll(filepath.Join(hg, "info"), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(hg, "info", "exclude"), []byte(TempPattern+"\n"), 0o600); err != nil {
+		return err
+	}
 	if seedIndex != "" {
 		return copyFile(seedIndex, filepath.Join(hg, "index"))
 	}

@@ -1,0 +1,43 @@
+package workspace
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// TempPattern matches the temporary files of the file API's atomic writes
+// (see fileapi). One left behind by a crash is excluded from diffs and
+// removed by SweepTemp.
+const TempPattern = ".agentbox-tmp-*"
+
+// SweepTemp removes temporary files left by writes that a crash cut short.
+// For overlay workspaces it looks only at the upper layer (the workspace's
+// own changes), so its cost does not grow with the repo, and removes what
+// it finds through the mounted view (overlayfs does not allow changing a
+// layer under a live mount). Copy workspaces are not swept: their temp
+// files stay excluded from results. Call it with the files attached.
+func SweepTemp(d Driver, dir string) (removed int) {
+	if d.Name() != Overlay {
+		return 0
+	}
+	root, err := os.OpenRoot(d.Files(dir))
+	if err != nil {
+		return 0
+	}
+	defer root.Close()
+	upper := filepath.Join(dir, "upper")
+	filepath.WalkDir(upper, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if e.Type().IsRegular() && strings.HasPrefix(e.Name(), ".agentbox-tmp-") {
+			if rel, err := filepath.Rel(upper, p); err == nil && root.Remove(rel) == nil {
+				removed++
+			}
+		}
+		return nil
+	})
+	return removed
+}
