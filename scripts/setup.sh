@@ -158,7 +158,9 @@ fi
 problems=()
 git_v=$(git --version 2>&1) || problems+=("git: ${git_v}")
 bwrap_v=$(bwrap --version 2>&1) || problems+=("bwrap: ${bwrap_v}")
-runsc_v=$(timeout 10 runsc --version 2>&1 | head -n 1) || problems+=("runsc: ${runsc_v}")
+# No pipe into head here: under pipefail, runsc dying of SIGPIPE would fail the check.
+runsc_v=$(timeout 10 runsc --version 2>&1) || problems+=("runsc: ${runsc_v}")
+runsc_v=${runsc_v%%$'\n'*}
 if runtimes=$(docker_runtimes) && [[ -n $runtimes ]]; then
 	jq -e --argjson want "$want_runsc" "has(\"runc\") and ${RUNSC_MATCHES}" <<<"$runtimes" >/dev/null 2>&1 ||
 		problems+=("docker runtimes ${runtimes} lack runc, or runsc as ${want_runsc}")

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# test.sh runs agentbox's whole test suite for real: it first sets the machine
+# up (Debian packages, dockerd with runsc) so that nothing is skipped, then runs
+# every Go test with real git, real SQLite, real overlay mounts and a real
+# daemon. Run as root. CI runs exactly this (see .ci/run).
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+"$ROOT/scripts/setup.sh"
+cd "$ROOT"
+# Checks that depend on the setup above fail instead of skipping.
+export AGENTBOX_REQUIRE_SETUP=1
+go vet ./...
+CGO_ENABLED=0 go build ./...
+go test -count=1 -timeout 20m ./... "$@"
