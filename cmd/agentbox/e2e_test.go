@@ -413,3 +413,44 @@ func TestSecondDaemonRefused(t *testing.T) {
 		t.Errorf("first daemon stopped answering: %v", err)
 	}
 }
+
+// TestTCPNeedsToken: the daemon refuses TCP without a token, and with one
+// it answers only requests that carry it.
+func TestTCPNeedsToken(t *testing.T) {
+	data := t.TempDir()
+	_, errOut, code := runCLI(t, data, "", "serve", "--data", data, "--listen", "tcp://127.0.0.1:0")
+	if code == 0 || !strings.Contains(errOut, "requires a token") {
+		t.Fatalf("TCP without token: exit %d, %s", code, errOut)
+	}
+	const token = "tcp-test-token-0123456789"
+	cmd := exec.Command(binary, "serve", "--data", data, "--listen", "tcp://127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "AGENTBOX_TOKEN="+token)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	// The daemon logs its address once it serves.
+	dec := json.NewDecoder(stderr)
+	var addr string
+	for addr == "" {
+		var line map[string]any
+		if err := dec.Decode(&line); err != nil {
+			t.Fatalf("daemon log ended before it served: %v", err)
+		}
+		if a, ok := line["addr"].(string); ok && line["msg"] == "agentbox serving" {
+			addr = a
+		}
+	}
+	go io.Copy(io.Discard, stderr)
+	for _, tc := range []struct {
+		token string
+		ok    bool
+	}{{token, true}, {"", false}, {"wrong-token-000000000000", false}} {
+		cl, _ := client.New(addr, tc.token)
+		_, err := cl.ListRepos(t.Context())
+		if (err == nil) != tc.ok {
+			t.Errorf("token %q: err = %v", tc.token, err)
+		}
+	}
+}
