@@ -61,6 +61,10 @@ type Manager struct {
 	wsDir   string
 	locksMu sync.Mutex
 	locks   map[string]*sync.RWMutex
+	// attachMu makes checking and making a mount one step, so that two
+	// operations never stack two overlays on one workspace and a removal
+	// never races a re-mount.
+	attachMu sync.Mutex
 
 	// failAt, when set by tests, is called at each named step of a
 	// multi-step operation and may return an error to inject a failure.
@@ -432,6 +436,13 @@ func (m *Manager) finishRemove(ctx context.Context, w store.Workspace) error {
 	if err != nil {
 		return err
 	}
+	// The row says removing from here on, so attach mounts nothing again.
+	m.attachMu.Lock()
+	err = drv.Detach(ctx, w.Dir)
+	m.attachMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("removing workspace %s: %w", w.ID, err)
+	}
 	if err := workspace.Remove(ctx, drv, w.Dir); err != nil {
 		return fmt.Errorf("removing workspace %s: %w", w.ID, err)
 	}
@@ -548,7 +559,61 @@ func (m *Manager) ready(ctx context.Context, id string) (store.Workspace, worksp
 	if err != nil {
 		return w, nil, err
 	}
+	if _, err := m.attach(ctx, w, drv, "api"); err != nil {
+		return w, nil, err
+	}
 	return w, drv, nil
+}
+
+// attach mounts the files of ready workspace w again if they are not
+// attached (a reboot, a manual umount) and records it. Without it, reads
+// would see an empty directory and writes would land under the mount
+// point, hidden by the next mount.
+func (m *Manager) attach(ctx context.Context, w store.Workspace, drv workspace.Driver, actor string) (bool, error) {
+	if ok, err := drv.Attached(w.Dir); err == nil && ok {
+		return false, nil // the common case, without the lock
+	}
+	m.attachMu.Lock()
+	defer m.attachMu.Unlock()
+	if ok, err := drv.Attached(w.Dir); err != nil {
+		return false, fmt.Errorf("workspace %s: %w", w.ID, err)
+	} else if ok {
+		return false, nil
+	}
+	// A removal may have started since w was read.
+	if cur, err := m.st.GetWorkspace(ctx, w.ID); err != nil {
+		return false, err
+	} else if cur.State != store.WorkspaceReady {
+		return false, fmt.Errorf("workspace %s is %s: %w", w.ID, cur.State, errdefs.ErrConflict)
+	}
+	lower := ""
+	if w.PristineID != "" {
+		p, err := m.st.GetPristine(ctx, w.PristineID)
+		if err != nil {
+			return false, fmt.Errorf("workspace %s: %w", w.ID, err)
+		}
+		lower = p.Path
+	}
+	if err := drv.Attach(ctx, w.Dir, lower); err != nil {
+		return false, fmt.Errorf("re-mounting workspace %s: %w", w.ID, err)
+	}
+	// The copy driver has nothing to mount: its files are either there or
+	// gone, and Attach does not bring them back.
+	if ok, err := drv.Attached(w.Dir); err != nil || !ok {
+		return false, nil
+	}
+	m.event(ctx, store.Event{Actor: actor, Type: "workspace.remounted", RepoID: w.RepoID, WorkspaceID: w.ID}, nil)
+	m.log.InfoContext(ctx, "workspace re-mounted", KeyWorkspace, w.ID)
+	return true, nil
+}
+
+// named adds the workspace to an error from host-side git unless the
+// error already names it.
+func named(id string, err error) error {
+	if strings.Contains(err.Error(), id) {
+		return err
+	}
+	return fmt.Errorf("workspace %s: %w", id, err)
 }
 
 func (m *Manager) git(w store.Workspace, drv workspace.Driver) workspace.Git {
@@ -576,11 +641,11 @@ func (m *Manager) Status(ctx context.Context, id string) (Status, error) {
 	defer l.Unlock()
 	changes, err := m.git(w, drv).Changes(ctx, w.BaseCommit)
 	if err != nil {
-		return Status{}, fmt.Errorf("workspace %s: %w", id, err)
+		return Status{}, named(id, err)
 	}
 	branch, head, err := workspace.Head(drv.Files(w.Dir))
 	if err != nil {
-		return Status{}, fmt.Errorf("workspace %s: %w", id, err)
+		return Status{}, named(id, err)
 	}
 	s := Status{ID: id, Branch: branch, Head: head, BaseCommit: w.BaseCommit, Dirty: len(changes) > 0, Changes: changes}
 	m.setDirty(ctx, w, s.Dirty)
@@ -614,7 +679,7 @@ func (m *Manager) Diff(ctx context.Context, id string, paths []string) ([]byte, 
 	defer l.Unlock()
 	d, err := m.git(w, drv).Diff(ctx, w.BaseCommit, paths...)
 	if err != nil {
-		return nil, fmt.Errorf("workspace %s: %w", id, err)
+		return nil, named(id, err)
 	}
 	if len(paths) == 0 {
 		m.setDirty(ctx, w, len(d) > 0)
@@ -644,7 +709,7 @@ func (m *Manager) Commit(ctx context.Context, id, msg string, author *workspace.
 	defer l.Unlock()
 	sha, err := m.git(w, drv).Commit(ctx, msg, a, m.cfg.UID, m.cfg.GID)
 	if err != nil {
-		return CommitResult{}, err
+		return CommitResult{}, named(id, err)
 	}
 	branch, _, _ := workspace.Head(drv.Files(w.Dir))
 	m.event(ctx, store.Event{Type: "workspace.committed", RepoID: w.RepoID, WorkspaceID: id}, map[string]any{"commit": sha, "branch": branch})

@@ -49,32 +49,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 				errs = append(errs, err)
 				continue
 			}
-			ok, err := drv.Attached(w.Dir)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("workspace %s: %w", w.ID, err))
+			// Mounts again (and records it) when a reboot unmounted it.
+			if _, err := m.attach(ctx, w, drv, "daemon"); err != nil {
+				errs = append(errs, err)
 				continue
 			}
-			if ok {
-				m.sweep(ctx, drv, w)
-				continue
-			}
-			lower := ""
-			if w.PristineID != "" {
-				p, err := m.st.GetPristine(ctx, w.PristineID)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("workspace %s: %w", w.ID, err))
-					continue
-				}
-				lower = p.Path
-			}
-			if err := drv.Attach(ctx, w.Dir, lower); err != nil {
-				errs = append(errs, fmt.Errorf("re-mounting workspace %s: %w", w.ID, err))
-				continue
-			}
-			ev.Type = "workspace.remounted"
-			m.event(ctx, ev, nil)
 			m.sweep(ctx, drv, w)
-			m.log.InfoContext(ctx, "workspace re-mounted", KeyWorkspace, w.ID)
 		}
 	}
 	// A workspace that cannot be repaired is reported, not fatal: the

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -84,10 +85,7 @@ type Git struct {
 
 func (g Git) run(ctx context.Context, max int64, stdin io.Reader, args ...string) ([]byte, error) {
 	hg := HostGitDir(g.Dir)
-	timeout := g.Timeout
-	if timeout == 0 {
-		timeout = 2 * time.Minute
-	}
+	timeout := g.timeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out, err := gitx.Run(ctx, gitx.Cmd{Hardened: true, MaxOutput: max, Stdin: stdin,
@@ -102,12 +100,97 @@ func (g Git) run(ctx context.Context, max int64, stdin io.Reader, args ...string
 	return out, err
 }
 
+func (g Git) timeout() time.Duration {
+	if g.Timeout == 0 {
+		return 2 * time.Minute
+	}
+	return g.Timeout
+}
+
 // stage records the current files in the host index. The caller holds the
 // workspace's lock, so an index.lock left behind is stale (a crash).
 func (g Git) stage(ctx context.Context) error {
+	if err := g.refuseFIFOs(ctx); err != nil {
+		return err
+	}
 	os.Remove(filepath.Join(HostGitDir(g.Dir), "index.lock"))
 	_, err := g.run(ctx, 0, nil, "add", "--all", "--", ".")
 	return err
+}
+
+// gitOpens are the names git opens in a work tree while staging and
+// diffing it: per-directory ignore and attribute files, the submodule list.
+var gitOpens = map[string]bool{".gitignore": true, ".gitattributes": true, ".gitmodules": true}
+
+// refuseFIFOs fails with ErrConflict when the files hold a FIFO that git
+// would open: one named in gitOpens, or one inside a nested git directory
+// (git reads a nested repository's HEAD and refs to record it as a gitlink;
+// the top .git only through its modules/). git opens files blocking, so
+// such a FIFO would stall every status, diff and commit until the timeout.
+// A FIFO anywhere else is skipped by git and allowed here. The walk follows
+// no link and opens directories non-blocking; a FIFO planted after it still
+// costs no more than the timeout. For an overlay workspace only the upper
+// layer is walked: the pristine checkout below holds no FIFO, so the cost
+// follows the workspace's own changes, not the repo.
+func (g Git) refuseFIFOs(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout())
+	defer cancel()
+	tree := g.Files
+	if g.Files == (overlayDriver{}).Files(g.Dir) {
+		tree = filepath.Join(g.Dir, "upper")
+	}
+	root, err := os.OpenRoot(tree)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	var walk func(rel string, inGitDir bool) error
+	walk = func(rel string, inGitDir bool) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("workspace %s: checking the files: %w", filepath.Base(g.Dir), errdefs.ErrUnavailable)
+		}
+		d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return nil // gone or replaced since it was listed: git will see the same
+		}
+		var subdirs []string
+		for {
+			es, err := d.ReadDir(1024)
+			for _, e := range es {
+				p := path.Join(rel, e.Name())
+				switch {
+				case e.Type()&fs.ModeNamedPipe != 0 && (inGitDir || gitOpens[e.Name()]):
+					d.Close()
+					return fmt.Errorf("workspace %s: %s is a FIFO, which git would block on: remove it: %w", filepath.Base(g.Dir), p, errdefs.ErrConflict)
+				case e.IsDir():
+					subdirs = append(subdirs, e.Name())
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		d.Close()
+		for _, name := range subdirs {
+			p := path.Join(rel, name)
+			switch {
+			case rel == "." && name == ".git":
+				if err := walk(".git/modules", true); err != nil {
+					return err
+				}
+			case name == ".git":
+				if err := walk(p, true); err != nil {
+					return err
+				}
+			default:
+				if err := walk(p, inGitDir); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(".", false)
 }
 
 // Change is one changed path relative to the base commit.
@@ -145,7 +228,14 @@ func (g Git) Diff(ctx context.Context, base string, paths ...string) ([]byte, er
 		max = 64 << 20
 	}
 	args := []string{"diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", base, "--"}
-	return g.run(ctx, max, nil, append(args, paths...)...)
+	out, err := g.run(ctx, max, nil, append(args, paths...)...)
+	// The limit is this method's promise, kept here whatever the runner's
+	// own cap does (gitx's is bypassed by io.Copy through bytes.Buffer's
+	// ReadFrom).
+	if err == nil && int64(len(out)) > max {
+		return nil, fmt.Errorf("workspace %s: diff is over %d bytes: %w", filepath.Base(g.Dir), max, errdefs.ErrTooLarge)
+	}
+	return out, err
 }
 
 // Head reads the workspace's HEAD from its .git through os.Root: the branch

@@ -1,0 +1,452 @@
+package workspace
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/repocache"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// requireSetupEnv, when "1", turns the skips below into failures: CI sets
+// it so that a broken environment cannot pass as a green run.
+const requireSetupEnv = "AGENTBOX_REQUIRE_SETUP"
+
+const testUID, testGID = 1000, 1000
+
+func requireDriver(t *testing.T, driver string) {
+	t.Helper()
+	skip := func(reason string) {
+		if os.Getenv(requireSetupEnv) == "1" {
+			t.Fatalf("%s=1 but %s", requireSetupEnv, reason)
+		}
+		t.Skip(reason)
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		skip("git is not installed")
+	}
+	if os.Geteuid() != 0 {
+		skip("driver tests chown files to the sandbox user and mount overlays: run as root")
+	}
+	if driver == Overlay {
+		if err := ProbeOverlay(t.TempDir()); err != nil {
+			skip("overlay mounts do not work here: " + err.Error())
+		}
+	}
+}
+
+// fixture is a bare mirror of a small repository and, for overlay, a
+// pristine checkout of its first commit.
+type fixture struct {
+	src    *testutil.Repo
+	repo   store.Repo
+	commit string
+	lower  string
+	// top holds every directory the test makes, for the mount check.
+	top string
+}
+
+var srcFiles = map[string]string{
+	"README.md":   "hello\n",
+	"lib/a.go":    "package lib\n",
+	"lib/b.go":    "package lib // b\n",
+	"docs/x.txt":  "x\n",
+	"docs/y/z.md": "z\n",
+}
+
+func newFixture(t *testing.T, driver string) *fixture {
+	t.Helper()
+	requireDriver(t, driver)
+	fx := &fixture{top: t.TempDir()}
+	fx.src = testutil.NewRepo(t, srcFiles)
+	fx.commit = fx.src.Commits[0]
+	mirror := filepath.Join(fx.top, "mirror.git")
+	testutil.Git(t, "", "clone", "-q", "--bare", fx.src.Dir, mirror)
+	fx.repo = store.Repo{ID: "repo_000000000001", URL: fx.src.Dir, Path: mirror}
+	if driver == Overlay {
+		fx.lower = filepath.Join(fx.top, "pristine")
+		if err := repocache.CheckoutRepo(t.Context(), fx.repo, fx.commit, fx.lower, testUID, testGID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if left := mountsUnder(t, fx.top); len(left) > 0 {
+			t.Errorf("mounts left under %s: %q", fx.top, left)
+			for _, m := range left {
+				unix.Unmount(m, unix.MNT_DETACH)
+			}
+		}
+	})
+	return fx
+}
+
+// create makes a workspace directory with d and removes it when the test
+// ends.
+func (fx *fixture) create(t *testing.T, d Driver, name string) string {
+	t.Helper()
+	dir := filepath.Join(fx.top, name)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Remove(t.Context(), d, dir); err != nil {
+			t.Errorf("Remove(%s): %v", dir, err)
+		}
+	})
+	if err := d.Create(t.Context(), dir, Source{Repo: fx.repo, Commit: fx.commit, Lower: fx.lower, UID: testUID, GID: testGID}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return dir
+}
+
+func TestDrivers(t *testing.T) {
+	for _, name := range []string{Overlay, Copy} {
+		t.Run(name, func(t *testing.T) {
+			requireDriver(t, name)
+			d, err := New(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Name() != name {
+				t.Fatalf("New(%q).Name() = %q", name, d.Name())
+			}
+			tests := []struct {
+				name string
+				run  func(t *testing.T, d Driver)
+			}{
+				{"Create", testDriverCreate},
+				{"AttachDetach", testDriverAttachDetach},
+				{"Fork", testDriverFork},
+				{"RemoveBusy", testDriverRemoveBusy},
+				{"RemoveMissing", testDriverRemoveMissing},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					t.Parallel()
+					tt.run(t, d)
+				})
+			}
+		})
+	}
+}
+
+func TestNewDriver(t *testing.T) {
+	for _, name := range []string{"", "auto", "zfs", "Overlay"} {
+		if _, err := New(name); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("New(%q) = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func readTree(t *testing.T, files string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	err := filepath.WalkDir(files, func(p string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(files, p)
+		if rel == ".git" {
+			return filepath.SkipDir
+		}
+		if e.Type().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			got[rel] = string(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func testDriverCreate(t *testing.T, d Driver) {
+	fx := newFixture(t, d.Name())
+	dir := fx.create(t, d, "ws")
+	files := d.Files(dir)
+	if diff := cmp.Diff(srcFiles, readTree(t, files)); diff != "" {
+		t.Errorf("files (-want +got):\n%s", diff)
+	}
+	if ok, err := d.Attached(dir); err != nil || !ok {
+		t.Errorf("Attached = %v, %v", ok, err)
+	}
+	if got, _ := IsMountPoint(files); got != (d.Name() == Overlay) {
+		t.Errorf("IsMountPoint(files) = %v", got)
+	}
+	branch, commit, err := Head(files)
+	if err != nil || branch != "" || commit != fx.commit {
+		t.Errorf("Head = %q, %q, %v; want detached at %s", branch, commit, err, fx.commit)
+	}
+	for _, p := range []string{".", "README.md", "lib", ".git/index"} {
+		st, err := os.Lstat(filepath.Join(files, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := st.Sys().(*syscall.Stat_t); s.Uid != testUID || s.Gid != testGID {
+			t.Errorf("%s owned by %d:%d", p, s.Uid, s.Gid)
+		}
+	}
+	// A fresh clone's reflogs name the mirror's host path.
+	if _, err := os.Lstat(filepath.Join(files, ".git", "logs")); !os.IsNotExist(err) {
+		t.Errorf(".git/logs exists (err %v): it names the host's mirror path", err)
+	}
+	if _, err := os.Lstat(filepath.Join(files, ".git", "objects", "info", "alternates")); !os.IsNotExist(err) {
+		t.Errorf("the workspace borrows objects through alternates (err %v)", err)
+	}
+	if d.Name() == Overlay {
+		// The shared lower layer is untouched.
+		if _, err := os.Lstat(filepath.Join(fx.lower, ".git", "logs")); err != nil {
+			t.Errorf("the pristine checkout lost its reflogs: %v", err)
+		}
+		if err := d.Create(t.Context(), filepath.Join(fx.top, "nolower"), Source{Repo: fx.repo, Commit: fx.commit}); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("overlay Create without a lower layer = %v, want ErrInvalid", err)
+		}
+	}
+}
+
+func testDriverAttachDetach(t *testing.T, d Driver) {
+	ctx := t.Context()
+	fx := newFixture(t, d.Name())
+	dir := fx.create(t, d, "ws")
+	files := d.Files(dir)
+	if err := os.WriteFile(filepath.Join(files, "mine.txt"), []byte("mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(files, "lib", "b.go")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Detach(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Detach(ctx, dir); err != nil {
+		t.Errorf("second Detach: %v", err)
+	}
+	ok, err := d.Attached(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name() == Overlay {
+		if ok {
+			t.Fatal("Attached after Detach")
+		}
+		if left, _ := os.ReadDir(files); len(left) != 0 {
+			t.Errorf("the mount point holds %d entries after Detach", len(left))
+		}
+	}
+	for range 2 { // Attach is a no-op when attached: never two mounts.
+		if err := d.Attach(ctx, dir, fx.lower); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(mountsUnder(t, files)); d.Name() == Overlay && n != 1 {
+		t.Errorf("%d mounts at %s, want 1", n, files)
+	}
+	want := map[string]string{"mine.txt": "mine\n"}
+	for p, c := range srcFiles {
+		if p != "lib/b.go" {
+			want[p] = c
+		}
+	}
+	if diff := cmp.Diff(want, readTree(t, files)); diff != "" {
+		t.Errorf("files after Detach and Attach (-want +got):\n%s", diff)
+	}
+	if d.Name() == Overlay {
+		if err := d.Detach(ctx, dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Attach(ctx, dir, filepath.Join(fx.top, "no-such-lower")); !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Errorf("Attach with a missing lower layer = %v, want ErrUnavailable", err)
+		}
+		if err := d.Attach(ctx, dir, fx.lower); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func testDriverFork(t *testing.T, d Driver) {
+	ctx := t.Context()
+	fx := newFixture(t, d.Name())
+	parent := fx.create(t, d, "parent")
+	pf := d.Files(parent)
+	mustWrite(t, filepath.Join(pf, "lib", "a.go"), "package lib // changed\n")
+	mustWrite(t, filepath.Join(pf, "new", "n.txt"), "new\n")
+	if err := os.RemoveAll(filepath.Join(pf, "docs")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../README.md", filepath.Join(pf, "new", "link")); err != nil {
+		t.Fatal(err)
+	}
+	child := filepath.Join(fx.top, "child")
+	if err := os.Mkdir(child, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Remove(t.Context(), d, child); err != nil {
+			t.Errorf("Remove(child): %v", err)
+		}
+	})
+	if err := d.Fork(ctx, parent, child, fx.lower, testUID, testGID); err != nil {
+		t.Fatal(err)
+	}
+	cf := d.Files(child)
+	want := map[string]string{"README.md": "hello\n", "lib/a.go": "package lib // changed\n", "lib/b.go": "package lib // b\n", "new/n.txt": "new\n"}
+	if diff := cmp.Diff(want, readTree(t, cf)); diff != "" {
+		t.Errorf("fork files (-want +got):\n%s", diff)
+	}
+	if target, err := os.Readlink(filepath.Join(cf, "new", "link")); err != nil || target != "../README.md" {
+		t.Errorf("fork symlink = %q, %v", target, err)
+	}
+	if _, commit, err := Head(cf); err != nil || commit != fx.commit {
+		t.Errorf("fork Head = %q, %v", commit, err)
+	}
+	mustWrite(t, filepath.Join(cf, "child.txt"), "c\n")
+	mustWrite(t, filepath.Join(pf, "parent.txt"), "p\n")
+	if _, err := os.Lstat(filepath.Join(pf, "child.txt")); !os.IsNotExist(err) {
+		t.Errorf("the child's file is in the parent: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(cf, "parent.txt")); !os.IsNotExist(err) {
+		t.Errorf("the parent's later file is in the child: %v", err)
+	}
+	// The fork survives its parent.
+	if err := Remove(ctx, d, parent); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(cf, "lib", "a.go")); err != nil || string(b) != "package lib // changed\n" {
+		t.Errorf("fork after the parent's removal: %q, %v", b, err)
+	}
+}
+
+func testDriverRemoveBusy(t *testing.T, d Driver) {
+	fx := newFixture(t, d.Name())
+	dir := fx.create(t, d, "ws")
+	// An open file keeps an overlay busy; Remove detaches it lazily.
+	f, err := os.Open(filepath.Join(d.Files(dir), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := Remove(t.Context(), d, dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("dir after Remove: %v", err)
+	}
+	if left := mountsUnder(t, dir); len(left) != 0 {
+		t.Errorf("mounts after Remove: %q", left)
+	}
+}
+
+func testDriverRemoveMissing(t *testing.T, d Driver) {
+	fx := newFixture(t, d.Name())
+	if err := Remove(t.Context(), d, filepath.Join(fx.top, "never-made")); err != nil {
+		t.Errorf("Remove of a missing dir = %v", err)
+	}
+}
+
+func TestMountOptions(t *testing.T) {
+	tests := []struct {
+		lower, upper, work string
+		bad                bool
+	}{
+		{lower: "/a/lower", upper: "/a/upper", work: "/a/work"},
+		{lower: "/a/lo,wer", upper: "/a/upper", work: "/a/work", bad: true},
+		{lower: "/a/lower", upper: "/a/up:per", work: "/a/work", bad: true},
+		{lower: "/a/lower", upper: "/a/upper", work: `/a/wo\rk`, bad: true},
+		{lower: "/a/lower,upperdir=/etc", upper: "/a/upper", work: "/a/work", bad: true},
+	}
+	for _, tt := range tests {
+		opts, err := mountOptions(tt.lower, tt.upper, tt.work)
+		if tt.bad {
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("mountOptions(%q, %q, %q) = %q, %v; want ErrInvalid", tt.lower, tt.upper, tt.work, opts, err)
+			}
+			continue
+		}
+		if err != nil || opts != "lowerdir=/a/lower,upperdir=/a/upper,workdir=/a/work,index=off,metacopy=off" {
+			t.Errorf("mountOptions = %q, %v", opts, err)
+		}
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	for in, want := range map[string]string{
+		`/plain`:              "/plain",
+		`/with\040space`:      "/with space",
+		`/tab\011and\134back`: "/tab\tand\\back",
+		`/short\04`:           `/short\04`,
+		`/not\999octal`:       `/not\999octal`,
+	} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestIsMountPoint(t *testing.T) {
+	requireDriver(t, Overlay)
+	if ok, err := IsMountPoint("/"); err != nil || !ok {
+		t.Errorf("IsMountPoint(/) = %v, %v", ok, err)
+	}
+	dir := filepath.Join(t.TempDir(), "with space")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := IsMountPoint(dir); err != nil || ok {
+		t.Errorf("IsMountPoint(plain dir) = %v, %v", ok, err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	if ok, err := IsMountPoint(dir + "/"); err != nil || !ok {
+		t.Errorf("IsMountPoint(mounted dir with a space) = %v, %v", ok, err)
+	}
+}
+
+func mustWrite(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mountsUnder lists the mount points at or below dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dir = filepath.Clean(dir)
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		if mp := unescapeMount(fields[4]); mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
