@@ -166,21 +166,26 @@ func lastLines(s string, n int) string {
 	return strings.Join(keep, "; ")
 }
 
-// capped is a bytes.Buffer that stops growing at max and records overflow.
+// capped keeps at most max bytes and records overflow. The buffer is a
+// named field, not embedded: an embedded bytes.Buffer would promote
+// ReadFrom, and os/exec's io.Copy would use it and bypass the cap.
 type capped struct {
-	bytes.Buffer
+	buf  bytes.Buffer
 	max  int64
 	over bool
 }
 
 func (c *capped) Write(p []byte) (int, error) {
-	room := c.max - int64(c.Len())
+	room := c.max - int64(c.buf.Len())
 	if int64(len(p)) > room {
 		c.over = true
 		if room > 0 {
-			c.Buffer.Write(p[:room])
+			c.buf.Write(p[:room])
 		}
 		return len(p), nil
 	}
-	return c.Buffer.Write(p)
+	return c.buf.Write(p)
 }
+
+func (c *capped) Bytes() []byte  { return c.buf.Bytes() }
+func (c *capped) String() string { return c.buf.String() }

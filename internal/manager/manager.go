@@ -669,11 +669,15 @@ func (m *Manager) Diff(ctx context.Context, id string, paths []string) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
+	clean := make([]string, 0, len(paths))
 	for _, p := range paths {
-		if _, err := fileapi.CleanPath(p); err != nil {
+		c, err := fileapi.CleanPath(p)
+		if err != nil {
 			return nil, err
 		}
+		clean = append(clean, c)
 	}
+	paths = clean
 	l := m.lock(id)
 	l.Lock()
 	defer l.Unlock()

@@ -378,6 +378,12 @@ func CheckoutRepo(ctx context.Context, r store.Repo, commit, dir string, uid, gi
 			return err
 		}
 	}
+	// A fresh clone's reflogs record "clone: from DATA/repos/..." with the
+	// daemon's user and host name: nothing of the host belongs in a
+	// checkout that sandboxes see.
+	if err := os.RemoveAll(filepath.Join(dir, ".git", "logs")); err != nil {
+		return fmt.Errorf("removing the clone's reflogs: %w", err)
+	}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}

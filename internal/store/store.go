@@ -95,7 +95,9 @@ type Workspace struct {
 	Dir string `json:"dir"`
 	// State is one of the Workspace* constants.
 	State string `json:"state"`
-	// Dirty is true when the files differ from the branch head, as last seen.
+	// Dirty is true when the files differ from the base commit, as last
+	// computed (by status or diff): the workspace holds work, committed on
+	// its branch or not, that exists nowhere else. Collectors keep it.
 	Dirty bool `json:"dirty"`
 	// SizeBytes is the workspace's own disk usage, as last measured.
 	SizeBytes int64 `json:"size_bytes"`

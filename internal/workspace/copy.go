@@ -18,10 +18,7 @@ func (copyDriver) Name() string            { return Copy }
 func (copyDriver) Files(dir string) string { return filepath.Join(dir, "tree") }
 
 func (d copyDriver) Create(ctx context.Context, dir string, src Source) error {
-	if err := repocache.CheckoutRepo(ctx, src.Repo, src.Commit, d.Files(dir), src.UID, src.GID); err != nil {
-		return err
-	}
-	return scrubClone(d.Files(dir))
+	return repocache.CheckoutRepo(ctx, src.Repo, src.Commit, d.Files(dir), src.UID, src.GID)
 }
 
 func (d copyDriver) Fork(ctx context.Context, parentDir, dir, lower string, uid, gid int) error {

@@ -209,9 +209,13 @@ func testDriverCreate(t *testing.T, d Driver) {
 		t.Errorf("the workspace borrows objects through alternates (err %v)", err)
 	}
 	if d.Name() == Overlay {
-		// The shared lower layer is untouched.
-		if _, err := os.Lstat(filepath.Join(fx.lower, ".git", "logs")); err != nil {
-			t.Errorf("the pristine checkout lost its reflogs: %v", err)
+		// The shared lower layer holds no host path either, so no
+		// workspace needs a whiteout to hide one.
+		if _, err := os.Lstat(filepath.Join(fx.lower, ".git", "logs")); !os.IsNotExist(err) {
+			t.Errorf("the pristine checkout has .git/logs (err %v)", err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "upper", ".git", "logs")); !os.IsNotExist(err) {
+			t.Errorf("the upper layer has a .git/logs entry (err %v)", err)
 		}
 		if err := d.Create(t.Context(), filepath.Join(fx.top, "nolower"), Source{Repo: fx.repo, Commit: fx.commit}); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("overlay Create without a lower layer = %v, want ErrInvalid", err)

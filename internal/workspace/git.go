@@ -228,14 +228,12 @@ func (g Git) Diff(ctx context.Context, base string, paths ...string) ([]byte, er
 		max = 64 << 20
 	}
 	args := []string{"diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", base, "--"}
-	out, err := g.run(ctx, max, nil, append(args, paths...)...)
-	// The limit is this method's promise, kept here whatever the runner's
-	// own cap does (gitx's is bypassed by io.Copy through bytes.Buffer's
-	// ReadFrom).
-	if err == nil && int64(len(out)) > max {
-		return nil, fmt.Errorf("workspace %s: diff is over %d bytes: %w", filepath.Base(g.Dir), max, errdefs.ErrTooLarge)
+	for _, p := range paths {
+		// Literal pathspecs: a caller's path is a path, never git magic
+		// such as :(exclude) or a glob.
+		args = append(args, ":(literal)"+p)
 	}
-	return out, err
+	return g.run(ctx, max, nil, args...)
 }
 
 // Head reads the workspace's HEAD from its .git through os.Root: the branch

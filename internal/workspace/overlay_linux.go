@@ -39,11 +39,7 @@ func (d overlayDriver) Create(ctx context.Context, dir string, src Source) error
 			return err
 		}
 	}
-	if err := d.Attach(ctx, dir, src.Lower); err != nil {
-		return err
-	}
-	// Whiteouts in the upper layer hide the pristine checkout's reflogs.
-	return scrubClone(d.Files(dir))
+	return d.Attach(ctx, dir, src.Lower)
 }
 
 func (d overlayDriver) Fork(ctx context.Context, parentDir, dir, lower string, uid, gid int) error {

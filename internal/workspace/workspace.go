@@ -92,16 +92,5 @@ func Remove(ctx context.Context, d Driver, dir string) error {
 	return nil
 }
 
-// scrubClone removes what a fresh clone's .git records about the host: its
-// reflogs say "clone: from DATA/repos/<id>.git" with the daemon's user and
-// host name. The files were just made by the daemon and no sandbox has
-// seen them yet, so plain os calls are safe here.
-func scrubClone(files string) error {
-	if err := os.RemoveAll(filepath.Join(files, ".git", "logs")); err != nil {
-		return fmt.Errorf("removing the clone's reflogs: %w", err)
-	}
-	return nil
-}
-
 // HostGitDir is the host-private git directory of the workspace at dir.
 func HostGitDir(dir string) string { return filepath.Join(dir, "hostgit") }
