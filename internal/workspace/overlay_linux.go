@@ -106,8 +106,25 @@ func (d overlayDriver) Detach(ctx context.Context, dir string) error {
 	return nil
 }
 
+// Attached compares device numbers: a mounted overlay has its own, while a
+// bare mount point shares its parent's. Unlike a scan of mountinfo this
+// costs the same with ten mounts or ten thousand, and it runs on every
+// request.
 func (d overlayDriver) Attached(dir string) (bool, error) {
-	return IsMountPoint(d.Files(dir))
+	var parent, merged unix.Stat_t
+	if err := unix.Lstat(dir, &parent); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("checking the mount of %s: %w", dir, err)
+	}
+	if err := unix.Lstat(d.Files(dir), &merged); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("checking the mount of %s: %w", dir, err)
+	}
+	return merged.Dev != parent.Dev, nil
 }
 
 // IsMountPoint reports whether path is a mount point in this mount
