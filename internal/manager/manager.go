@@ -322,7 +322,7 @@ func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store
 	if err := m.step("files"); err != nil {
 		return w, err
 	}
-	if err := drv.Create(ctx, w.Dir, workspace.Source{Repo: repo, Commit: commit, Lower: pristine.Path, UID: m.cfg.UID, GID: m.cfg.GID}); err != nil {
+	if err := drv.Create(ctx, w.Dir, workspace.Source{Repo: repo, Commit: commit, Lower: pristine.Path, Branch: branch, UID: m.cfg.UID, GID: m.cfg.GID}); err != nil {
 		return w, fmt.Errorf("creating workspace %s: %w", id, err)
 	}
 	if err := m.step("hostgit"); err != nil {
@@ -333,12 +333,6 @@ func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store
 		seed = filepath.Join(pristine.Path, ".git", "index")
 	}
 	if err := workspace.InitHostGit(ctx, w.Dir, repo.Path, seed); err != nil {
-		return w, fmt.Errorf("creating workspace %s: %w", id, err)
-	}
-	if err := m.step("branch"); err != nil {
-		return w, err
-	}
-	if err := workspace.SetBranch(ctx, drv.Files(w.Dir), branch, commit, m.cfg.UID, m.cfg.GID); err != nil {
 		return w, fmt.Errorf("creating workspace %s: %w", id, err)
 	}
 	if err := m.step("ready"); err != nil {
@@ -517,20 +511,22 @@ func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest)
 	if err := m.step("fork-files"); err != nil {
 		return w, err
 	}
-	if err := drv.Fork(ctx, parent.Dir, w.Dir, lower, m.cfg.UID, m.cfg.GID); err != nil {
-		return w, fmt.Errorf("forking workspace %s: %w", id, err)
-	}
-	if err := workspace.ForkHostGit(ctx, parent.Dir, w.Dir); err != nil {
-		return w, fmt.Errorf("forking workspace %s: %w", id, err)
-	}
-	_, head, err := workspace.Head(drv.Files(w.Dir))
+	// The fork's branch starts at the parent's head (which may be a commit
+	// made in the parent, not its base).
+	_, head, err := workspace.Head(drv.Files(parent.Dir))
 	if err != nil {
 		return w, fmt.Errorf("forking workspace %s: %w", id, err)
 	}
-	if head != "" {
-		if err := workspace.SetBranch(ctx, drv.Files(w.Dir), branch, head, m.cfg.UID, m.cfg.GID); err != nil {
-			return w, fmt.Errorf("forking workspace %s: %w", id, err)
-		}
+	src := workspace.Source{Lower: lower, Branch: branch, Commit: head, UID: m.cfg.UID, GID: m.cfg.GID}
+	if err := drv.Fork(ctx, parent.Dir, w.Dir, src); err != nil {
+		return w, fmt.Errorf("forking workspace %s: %w", id, err)
+	}
+	repo, err := m.st.GetRepo(ctx, parent.RepoID)
+	if err != nil {
+		return w, err
+	}
+	if err := workspace.ForkHostGit(ctx, parent.Dir, w.Dir, repo.Path); err != nil {
+		return w, fmt.Errorf("forking workspace %s: %w", id, err)
 	}
 	if err := m.step("fork-ready"); err != nil {
 		return w, err

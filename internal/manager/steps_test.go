@@ -16,7 +16,6 @@ var injectedSteps = []struct{ op, step string }{
 	{"create", "dir"},
 	{"create", "files"},
 	{"create", "hostgit"},
-	{"create", "branch"},
 	{"create", "ready"},
 	{"fork", "fork-files"},
 	{"fork", "fork-ready"},

@@ -53,6 +53,10 @@ type Cache struct {
 	log   *slog.Logger
 	clone singleflight.Group
 	check singleflight.Group
+	// resolved caches ref -> commit per mirror state. The key holds the
+	// repo's LastFetchAt, which every fetch (by any daemon sharing the
+	// database) advances, so an entry can never outlive the refs it read.
+	resolved sync.Map
 }
 
 // New returns a cache over st.
@@ -279,6 +283,10 @@ func (c *Cache) Resolve(ctx context.Context, r store.Repo, ref string) (string, 
 	if err := ValidRef(ref); err != nil {
 		return "", err
 	}
+	key := fmt.Sprintf("%s\x00%d\x00%s", r.ID, r.LastFetchAt.UnixNano(), ref)
+	if sha, ok := c.resolved.Load(key); ok {
+		return sha.(string), nil
+	}
 	resolve := func() (string, error) {
 		out, err := gitx.Run(ctx, gitx.Cmd{Dir: r.Path, Hardened: true,
 			Args: []string{"rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}"}})
@@ -289,6 +297,7 @@ func (c *Cache) Resolve(ctx context.Context, r store.Repo, ref string) (string, 
 	}
 	sha, err := resolve()
 	if err == nil {
+		c.resolved.Store(key, sha)
 		return sha, nil
 	}
 	if ctx.Err() != nil {

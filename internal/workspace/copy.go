@@ -18,11 +18,23 @@ func (copyDriver) Name() string            { return Copy }
 func (copyDriver) Files(dir string) string { return filepath.Join(dir, "tree") }
 
 func (d copyDriver) Create(ctx context.Context, dir string, src Source) error {
-	return repocache.CheckoutRepo(ctx, src.Repo, src.Commit, d.Files(dir), src.UID, src.GID)
+	if err := repocache.CheckoutRepo(ctx, src.Repo, src.Commit, d.Files(dir), src.UID, src.GID); err != nil {
+		return err
+	}
+	if src.Branch == "" {
+		return nil
+	}
+	return SetBranch(ctx, d.Files(dir), src.Branch, src.Commit, src.UID, src.GID)
 }
 
-func (d copyDriver) Fork(ctx context.Context, parentDir, dir, lower string, uid, gid int) error {
-	return copyTree(ctx, d.Files(parentDir), d.Files(dir))
+func (d copyDriver) Fork(ctx context.Context, parentDir, dir string, src Source) error {
+	if err := copyTree(ctx, d.Files(parentDir), d.Files(dir)); err != nil {
+		return err
+	}
+	if src.Branch == "" || src.Commit == "" {
+		return nil
+	}
+	return SetBranch(ctx, d.Files(dir), src.Branch, src.Commit, src.UID, src.GID)
 }
 
 func (copyDriver) Attach(context.Context, string, string) error { return nil }

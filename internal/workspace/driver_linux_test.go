@@ -304,7 +304,7 @@ func testDriverFork(t *testing.T, d Driver) {
 			t.Errorf("Remove(child): %v", err)
 		}
 	})
-	if err := d.Fork(ctx, parent, child, fx.lower, testUID, testGID); err != nil {
+	if err := d.Fork(ctx, parent, child, Source{Lower: fx.lower, UID: testUID, GID: testGID}); err != nil {
 		t.Fatal(err)
 	}
 	cf := d.Files(child)

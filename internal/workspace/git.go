@@ -27,12 +27,22 @@ var shaRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 // dir, borrowing objects from mirror (a bare repository path) and seeding
 // its index from seedIndex (a trusted index of the same files, or "").
 func InitHostGit(ctx context.Context, dir, mirror, seedIndex string) error {
+	// The skeleton `git init --bare --template=` would make, written
+	// directly: a git process costs more than the rest of a create.
 	hg := HostGitDir(dir)
-	if _, err := gitx.Run(ctx, gitx.Cmd{Hardened: true, Args: []string{"init", "--quiet", "--bare", "--template=", hg}}); err != nil {
-		return err
+	for _, d := range []string{"objects/info", "objects/pack", "refs/heads", "refs/tags", "info"} {
+		if err := os.MkdirAll(filepath.Join(hg, d), 0o700); err != nil {
+			return err
+		}
 	}
-	if err := os.MkdirAll(filepath.Join(hg, "objects", "info"), 0o700); err != nil {
-		return err
+	skeleton := map[string]string{
+		"HEAD":   "ref: refs/heads/main\n",
+		"config": "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n",
+	}
+	for name, content := range skeleton {
+		if err := os.WriteFile(filepath.Join(hg, name), []byte(content), 0o600); err != nil {
+			return err
+		}
 	}
 	alt := filepath.Join(mirror, "objects") + "\n"
 	if err := os.WriteFile(filepath.Join(hg, "objects", "info", "alternates"), []byte(alt), 0o600); err != nil {
@@ -52,9 +62,36 @@ func InitHostGit(ctx context.Context, dir, mirror, seedIndex string) error {
 }
 
 // ForkHostGit gives the workspace at dir a host-private git directory that
-// starts from the parent's index and objects.
-func ForkHostGit(ctx context.Context, parentDir, dir string) error {
-	return copyTree(ctx, HostGitDir(parentDir), HostGitDir(dir))
+// starts from the parent's index and objects. Loose objects are immutable,
+// so they are hard-linked, not copied.
+func ForkHostGit(ctx context.Context, parentDir, dir, mirror string) error {
+	if err := InitHostGit(ctx, dir, mirror, filepath.Join(HostGitDir(parentDir), "index")); err != nil {
+		return err
+	}
+	src := filepath.Join(HostGitDir(parentDir), "objects")
+	dst := filepath.Join(HostGitDir(dir), "objects")
+	fans, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, fan := range fans {
+		if len(fan.Name()) != 2 || !fan.IsDir() {
+			continue // info/, pack/
+		}
+		objs, err := os.ReadDir(filepath.Join(src, fan.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.Mkdir(filepath.Join(dst, fan.Name()), 0o700); err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if err := os.Link(filepath.Join(src, fan.Name(), o.Name()), filepath.Join(dst, fan.Name(), o.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func copyFile(src, dst string) error {

@@ -39,10 +39,18 @@ func (d overlayDriver) Create(ctx context.Context, dir string, src Source) error
 			return err
 		}
 	}
+	// The branch goes straight into the upper layer before the mount: no
+	// one can see these files yet, so plain writes are safe, and it saves
+	// the round trips of writing through the mount.
+	if src.Branch != "" {
+		if err := writeBranchUpper(filepath.Join(dir, "upper"), src.Branch, src.Commit, src.UID, src.GID); err != nil {
+			return fmt.Errorf("writing branch %s: %w", src.Branch, err)
+		}
+	}
 	return d.Attach(ctx, dir, src.Lower)
 }
 
-func (d overlayDriver) Fork(ctx context.Context, parentDir, dir, lower string, uid, gid int) error {
+func (d overlayDriver) Fork(ctx context.Context, parentDir, dir string, src Source) error {
 	if err := os.Mkdir(filepath.Join(dir, "work"), 0o755); err != nil {
 		return err
 	}
@@ -52,7 +60,12 @@ func (d overlayDriver) Fork(ctx context.Context, parentDir, dir, lower string, u
 	if err := copyTree(ctx, filepath.Join(parentDir, "upper"), filepath.Join(dir, "upper")); err != nil {
 		return err
 	}
-	return d.Attach(ctx, dir, lower)
+	if src.Branch != "" && src.Commit != "" {
+		if err := writeBranchUpper(filepath.Join(dir, "upper"), src.Branch, src.Commit, src.UID, src.GID); err != nil {
+			return fmt.Errorf("writing branch %s: %w", src.Branch, err)
+		}
+	}
+	return d.Attach(ctx, dir, src.Lower)
 }
 
 // mountOptions refuses paths that would be misread inside overlay's
@@ -188,4 +201,92 @@ func ProbeOverlay(scratch string) error {
 		return fmt.Errorf("writing through overlay: %w", err)
 	}
 	return d.Detach(context.Background(), dir)
+}
+
+// writeBranchUpper writes .git/refs/heads/BRANCH and .git/HEAD into an
+// upper layer that is not mounted yet, durably, owned by uid:gid. The
+// layer may be a fork's copy of sandbox-written content: every directory
+// on the way must be a real directory, and files are replaced by rename,
+// never written through (a symlink planted as .git/HEAD is replaced).
+func writeBranchUpper(upper, branch, commit string, uid, gid int) error {
+	files := []struct{ rel, content string }{
+		{filepath.Join(".git", "refs", "heads", filepath.FromSlash(branch)), commit + "\n"},
+		{filepath.Join(".git", "HEAD"), "ref: refs/heads/" + branch + "\n"},
+	}
+	dirs := map[string]bool{}
+	for _, f := range files {
+		full := filepath.Join(upper, f.rel)
+		// Directories made here show through the mount with these
+		// attributes, so they must match the checkout's (owner, 0755).
+		for d := filepath.Dir(full); d != upper; d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+		if err := mkdirOwned(upper, filepath.Dir(full), uid, gid); err != nil {
+			return err
+		}
+		tmp := full + ".agentbox-new"
+		os.Remove(tmp)
+		fd, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o644)
+		if err != nil {
+			return err
+		}
+		_, err = fd.WriteString(f.content)
+		if err == nil && uid >= 0 {
+			err = fd.Chown(uid, gid)
+		}
+		if err == nil {
+			err = fd.Sync()
+		}
+		if cerr := fd.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp, full)
+		}
+		if err != nil {
+			os.Remove(tmp)
+			return err
+		}
+	}
+	dirs[upper] = true
+	for d := range dirs {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mkdirOwned makes dir and its missing parents below upper, 0755, owned
+// by uid:gid when uid >= 0.
+func mkdirOwned(upper, dir string, uid, gid int) error {
+	if dir == upper {
+		return nil
+	}
+	// Parents first, so that each Lstat below sees real directories only.
+	if err := mkdirOwned(upper, filepath.Dir(dir), uid, gid); err != nil {
+		return err
+	}
+	if st, err := os.Lstat(dir); err == nil {
+		if !st.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	if uid >= 0 {
+		return os.Lchown(dir, uid, gid)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }

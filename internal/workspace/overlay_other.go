@@ -15,15 +15,13 @@ var errNoOverlay = fmt.Errorf("overlay workspaces need Linux, not %s: %w", runti
 
 type overlayDriver struct{}
 
-func (overlayDriver) Name() string                                 { return Overlay }
-func (overlayDriver) Files(dir string) string                      { return filepath.Join(dir, "merged") }
-func (overlayDriver) Create(context.Context, string, Source) error { return errNoOverlay }
-func (overlayDriver) Fork(context.Context, string, string, string, int, int) error {
-	return errNoOverlay
-}
-func (overlayDriver) Attach(context.Context, string, string) error { return errNoOverlay }
-func (overlayDriver) Detach(context.Context, string) error         { return nil }
-func (overlayDriver) Attached(string) (bool, error)                { return false, nil }
+func (overlayDriver) Name() string                                       { return Overlay }
+func (overlayDriver) Files(dir string) string                            { return filepath.Join(dir, "merged") }
+func (overlayDriver) Create(context.Context, string, Source) error       { return errNoOverlay }
+func (overlayDriver) Fork(context.Context, string, string, Source) error { return errNoOverlay }
+func (overlayDriver) Attach(context.Context, string, string) error       { return errNoOverlay }
+func (overlayDriver) Detach(context.Context, string) error               { return nil }
+func (overlayDriver) Attached(string) (bool, error)                      { return false, nil }
 
 // IsMountPoint is unsupported off Linux.
 func IsMountPoint(string) (bool, error) { return false, errNoOverlay }

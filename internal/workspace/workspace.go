@@ -44,6 +44,8 @@ type Source struct {
 	Commit string
 	// Lower is the pristine checkout of Commit (overlay driver only).
 	Lower string
+	// Branch is the workspace's own branch, checked out at Commit.
+	Branch string
 	// UID and GID own the workspace's files when >= 0.
 	UID, GID int
 }
@@ -54,12 +56,13 @@ type Driver interface {
 	// Name is Overlay or Copy.
 	Name() string
 	// Create makes the files of a new workspace in dir (which exists and
-	// is empty) with src.Commit checked out, detached.
+	// is empty) with src.Commit checked out on the new branch src.Branch.
 	Create(ctx context.Context, dir string, src Source) error
 	// Fork makes dir a copy of the workspace at parentDir, copying only
-	// what the driver must (the overlay driver copies the upper layer).
-	// lower is the parent's pristine checkout.
-	Fork(ctx context.Context, parentDir, dir, lower string, uid, gid int) error
+	// what the driver must (the overlay driver copies the upper layer),
+	// with src.Branch checked out at src.Commit (the parent's head) when
+	// both are set. src.Lower is the parent's pristine checkout.
+	Fork(ctx context.Context, parentDir, dir string, src Source) error
 	// Attach makes the files visible at Files(dir); a no-op when they are.
 	Attach(ctx context.Context, dir, lower string) error
 	// Detach hides the files (unmount); Remove then deletes dir.
