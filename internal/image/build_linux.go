@@ -164,22 +164,33 @@ func (b *builder) run(ctx context.Context) (_ Image, err error) {
 	newID := ""
 	if needImage {
 		b.logf("importing %s into the engine", o.Name)
-		if newID, err = b.importDir(ctx, src); err != nil {
-			return Image{}, err
-		}
-		undo = append(undo, func() {
+		undoImport := func(id string) {
 			// A fresh context: the build's may be what ended it.
 			cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if _, err := b.c.ImageRemove(cctx, newID, client.ImageRemoveOptions{Force: true}); err != nil && !isNotFound(err) {
-				b.logf("warning: removing half-built image %s: %v", newID, err)
+			if id == "" {
+				// The import failed, but an engine that had the whole stream
+				// when the request was cut may still have made the image.
+				img, ok, _ := inspect(cctx, b.c, o.Name)
+				if !ok || (havePrev && img.ID == prev.ID) || img.Config == nil || img.Config.Labels[LabelRecipe] != hash {
+					return
+				}
+				id = img.ID
+			}
+			if _, err := b.c.ImageRemove(cctx, id, client.ImageRemoveOptions{Force: true}); err != nil && !isNotFound(err) {
+				b.logf("warning: removing half-built image %s: %v", id, err)
 			}
 			if havePrev {
 				if _, err := b.c.ImageTag(cctx, client.ImageTagOptions{Source: prev.ID, Target: o.Name}); err != nil {
 					b.logf("warning: restoring tag %s on %s: %v", o.Name, prev.ID, err)
 				}
 			}
-		})
+		}
+		if newID, err = b.importDir(ctx, src); err != nil {
+			undoImport("")
+			return Image{}, err
+		}
+		undo = append(undo, func() { undoImport(newID) })
 		if err = step("imported"); err != nil {
 			return Image{}, err
 		}

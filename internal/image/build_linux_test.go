@@ -2,6 +2,7 @@ package image
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -473,7 +474,9 @@ func TestBuildDebian(t *testing.T) {
 		if !strings.Contains(out, "1 passed") || !strings.Contains(out, "agentbox agent from the sandbox") {
 			t.Errorf("in the workspace:\n%s", out)
 		}
-		if got := run(t, "git", "-C", repo, "log", "--format=%s", "-1"); got != "from the sandbox" {
+		// Host-side git runs as root here, so it needs the exception that
+		// the sandbox user does not.
+		if got := run(t, "git", "-c", "safe.directory=*", "-C", repo, "log", "--format=%s", "-1"); got != "from the sandbox" {
 			t.Errorf("host sees last commit %q", got)
 		}
 		// The control: the same repo owned by root is refused by git's
@@ -536,4 +539,76 @@ func releaseField(release, key string) string {
 		}
 	}
 	return ""
+}
+
+// cancelOn cancels a build when its progress shows a line with marker.
+type cancelOn struct {
+	marker string
+	cancel context.CancelFunc
+	seen   strings.Builder
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	c.seen.Write(p)
+	if strings.Contains(c.seen.String(), c.marker) {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// TestBuildDebianCancel cancels debootstrap while it configures packages
+// inside the target (with /proc mounted there) and checks that nothing is
+// left: no directory, no mount, no process, no cache entry.
+func TestBuildDebianCancel(t *testing.T) {
+	if os.Getenv(debianEnv) != "1" {
+		t.Skipf("set %s=1 to debootstrap the Debian image (takes minutes)", debianEnv)
+	}
+	requireEngine(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	progress := &cancelOn{marker: "I: Configuring ", cancel: cancel}
+	rootfs := filepath.Join(dir, "debian", "rootfs")
+	_, err := Build(ctx, BuildOptions{Kind: KindDebian, Name: testName(t, KindDebian), RootfsDir: rootfs, Progress: progress})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "debootstrap") {
+		t.Fatalf("error %v, want a cancelled debootstrap", err)
+	}
+	if !strings.Contains(progress.seen.String(), progress.marker) {
+		t.Fatal("cancelled before debootstrap configured anything")
+	}
+	if got := dirNames(t, filepath.Dir(rootfs)); !slices.Equal(got, []string{".rootfs.lock"}) {
+		t.Errorf("left behind: %v", got)
+	}
+	if got := dirNames(t, filepath.Join(dir, "debian", "cache")); len(got) > 0 {
+		t.Errorf("cache after a cancelled build: %v", got)
+	}
+	if mounts, err := mountsUnder(dir); err != nil || len(mounts) > 0 {
+		t.Errorf("mounts left: %v %v", mounts, err)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(dir)) {
+			t.Errorf("process left: %s: %q", p, b)
+		}
+	}
+}
+
+// TestBuildDebianBadMirror needs no network: debootstrap fails at once on a
+// mirror that does not answer, and the error says why.
+func TestBuildDebianBadMirror(t *testing.T) {
+	requireEngine(t)
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		skipOrFail(t, "debootstrap is not installed")
+	}
+	rootfs := filepath.Join(t.TempDir(), "debian", "rootfs")
+	name := testName(t, KindDebian)
+	_, err := Build(t.Context(), BuildOptions{Kind: KindDebian, Name: name, RootfsDir: rootfs, Mirror: "http://127.0.0.1:9/debian"})
+	if err == nil || !strings.Contains(err.Error(), "building image "+name+": debootstrap failed: exit status 1") ||
+		!strings.Contains(err.Error(), "127.0.0.1:9") {
+		t.Fatalf("error %v", err)
+	}
+	t.Logf("error: %v", err)
+	if got := dirNames(t, filepath.Dir(rootfs)); !slices.Equal(got, []string{".rootfs.lock"}) {
+		t.Errorf("left behind: %v", got)
+	}
 }

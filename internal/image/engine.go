@@ -156,9 +156,10 @@ func imageLabels(o BuildOptions, r recipe) map[string]string {
 }
 
 // importChanges is the image config, as the Dockerfile instructions that
-// the import endpoint accepts (on API 1.41: CMD, ENTRYPOINT, ENV, EXPOSE,
-// LABEL, ONBUILD, USER, VOLUME, WORKDIR). User stays empty: the backend
-// chooses the uid it runs as.
+// the import endpoint accepts (Docker 20.10, API 1.41: CMD, ENTRYPOINT, ENV,
+// EXPOSE, HEALTHCHECK, LABEL, ONBUILD, USER, VOLUME, WORKDIR; it refuses
+// STOPSIGNAL, SHELL, MAINTAINER). User stays empty: the backend chooses the
+// uid it runs as, and the uid/gid labels say which one owns the home.
 func importChanges(o BuildOptions, r recipe) []string {
 	shell := "/bin/sh"
 	if o.Kind == KindDebian {
