@@ -249,6 +249,19 @@ func TestBuildBusybox(t *testing.T) {
 		}
 	})
 
+	t.Run("lost image is imported from the rootfs", func(t *testing.T) {
+		run(t, "docker", "rmi", name)
+		progress.buf.Reset()
+		again, err := Build(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.ID == "" || again.ID != imageID(t, name) || strings.Contains(progress.buf.String(), "building a busybox root") {
+			t.Errorf("image %s, progress:\n%s", again.ID, progress.buf.String())
+		}
+		img = again
+	})
+
 	t.Run("force replaces and removes the old image", func(t *testing.T) {
 		o := opts
 		o.Force = true
@@ -353,7 +366,7 @@ func TestBuildRefusesBadInput(t *testing.T) {
 		want string
 	}{
 		{"unknown kind", BuildOptions{Kind: "alpine"}, "unknown kind"},
-		{"uid of nobody", BuildOptions{Kind: KindBusybox, UID: 65534}, `uid 65534 is taken by "nobody" in the busybox base`},
+		{"uid of nobody", BuildOptions{Kind: KindBusybox, UID: 65534}, `uid 65534 is nobody's`},
 		{"bad name", BuildOptions{Kind: KindBusybox, Name: "agentbox/Busybox"}, `image name "agentbox/Busybox"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -610,5 +623,80 @@ func TestBuildDebianBadMirror(t *testing.T) {
 	t.Logf("error: %v", err)
 	if got := dirNames(t, filepath.Dir(rootfs)); !slices.Equal(got, []string{".rootfs.lock"}) {
 		t.Errorf("left behind: %v", got)
+	}
+}
+
+func TestAddUser(t *testing.T) {
+	base := func(t *testing.T) string {
+		root := t.TempDir()
+		os.MkdirAll(filepath.Join(root, "etc/skel"), 0o755)
+		os.MkdirAll(filepath.Join(root, "home"), 0o755)
+		os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/bash\n_apt:x:42:65534::/nonexistent:/usr/sbin/nologin"), 0o644)
+		os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nusers:x:100:\n"), 0o644)
+		os.WriteFile(filepath.Join(root, "etc/shadow"), []byte("root:*:19000:0:99999:7:::\n"), 0o640)
+		os.WriteFile(filepath.Join(root, "etc/skel/.profile"), []byte("# profile\n"), 0o644)
+		return root
+	}
+	t.Run("uid taken", func(t *testing.T) {
+		err := addUser(base(t), "debian", BuildOptions{UID: 42, GID: 1000}, "/bin/bash")
+		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), `uid 42 is taken by "_apt" in the debian base`) {
+			t.Fatalf("error %v", err)
+		}
+	})
+	t.Run("existing gid becomes the primary group", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			skipOrFail(t, "addUser chowns the home: run as root")
+		}
+		root := base(t)
+		if err := addUser(root, "debian", BuildOptions{UID: 1000, GID: 100}, "/bin/bash"); err != nil {
+			t.Fatal(err)
+		}
+		read := func(p string) string { b, _ := os.ReadFile(filepath.Join(root, p)); return string(b) }
+		if got := read("etc/passwd"); !strings.HasSuffix(got, "\nagent:x:1000:100:agentbox sandbox user:/home/agent:/bin/bash\n") {
+			t.Errorf("passwd %q", got)
+		}
+		if got := read("etc/group"); got != "root:x:0:\nusers:x:100:\n" {
+			t.Errorf("group %q", got)
+		}
+		if got := read("etc/shadow"); !strings.HasSuffix(got, "\nagent:!::0:99999:7:::\n") {
+			t.Errorf("shadow %q", got)
+		}
+		fi, err := os.Stat(filepath.Join(root, "home/agent/.profile"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := statT(fi); st.Uid != 1000 || st.Gid != 100 {
+			t.Errorf(".profile owned by %d:%d", st.Uid, st.Gid)
+		}
+	})
+}
+
+// TestRemoveTreeNeverDeletesThroughAMount bind-mounts a "host" directory
+// into a build tree, as a killed debootstrap can leave /dev, and checks that
+// removing the tree leaves the host's files alone.
+func TestRemoveTreeNeverDeletesThroughAMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "bind mounts need root")
+	}
+	host := t.TempDir()
+	canary := filepath.Join(host, "canary")
+	os.WriteFile(canary, []byte("keep"), 0o644)
+	tree := filepath.Join(t.TempDir(), "tree with space")
+	target := filepath.Join(tree, "dev")
+	os.MkdirAll(target, 0o755)
+	run(t, "mount", "--bind", host, target)
+	t.Cleanup(func() { exec.Command("umount", "-l", target).Run() })
+
+	if err := removeTree(tree); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(canary); err != nil {
+		t.Fatalf("the host's file went with the tree: %v", err)
+	}
+	if _, err := os.Stat(tree); !os.IsNotExist(err) {
+		t.Errorf("tree still there: %v", err)
+	}
+	if m, _ := mountsUnder(filepath.Dir(tree)); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
 	}
 }

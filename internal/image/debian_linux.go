@@ -114,7 +114,7 @@ func (b *builder) buildDebian(ctx context.Context, stage string) error {
 // with it even when it is killed, and in a process group of its own, so
 // that cancelling kills dpkg and every maintainer script too.
 func (b *builder) debootstrap(ctx context.Context, stage string, d *debootstrapRecipe, arch string) error {
-	path, err := exec.LookPath("debootstrap")
+	path, err := lookSbin("debootstrap")
 	if err != nil {
 		return fmt.Errorf("debootstrap not found (install Debian's debootstrap): %w", errdefs.ErrUnavailable)
 	}
@@ -149,6 +149,21 @@ func (b *builder) debootstrap(ctx context.Context, stage string, d *debootstrapR
 	}
 	b.logf("debootstrap took %s", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// lookSbin finds a command in PATH or, since a daemon's PATH often lacks
+// them, in the sbin directories.
+func lookSbin(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
+		if fi, serr := os.Stat(filepath.Join(dir, name)); serr == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return filepath.Join(dir, name), nil
+		}
+	}
+	return "", err
 }
 
 // debootstrapEnv is a clean environment that keeps only what reaches the

@@ -53,6 +53,9 @@ const (
 	UserHome   = "/home/agent"
 )
 
+// nobody is the uid of nobody (and gid of nogroup) in both bases.
+const nobody = 65534
+
 // WorkspaceDir is where backends mount the workspace; images create it empty.
 const WorkspaceDir = "/workspace"
 
@@ -176,6 +179,9 @@ func (o BuildOptions) withDefaults() (BuildOptions, error) {
 		if id.v < 1 || id.v > 1<<31-2 {
 			return o, errdefs.Invalid("building image %s: %s %d out of range (1..%d; the sandbox user is never root)", o.Name, id.what, id.v, 1<<31-2)
 		}
+	}
+	if o.UID == nobody {
+		return o, errdefs.Invalid("building image %s: uid %d is nobody's", o.Name, o.UID)
 	}
 	if o.RootfsDir != "" {
 		if !filepath.IsAbs(o.RootfsDir) {

@@ -56,6 +56,7 @@ func TestWithDefaults(t *testing.T) {
 		{"digest name", BuildOptions{Kind: KindBusybox, Name: "x@sha256:" + strings.Repeat("a", 64)}, "cannot be named by digest"},
 		{"negative uid", BuildOptions{Kind: KindBusybox, UID: -1}, "uid -1 out of range"},
 		{"huge gid", BuildOptions{Kind: KindBusybox, GID: 1 << 32}, "gid 4294967296 out of range"},
+		{"nobody", BuildOptions{Kind: KindBusybox, UID: 65534}, "uid 65534 is nobody's"},
 		{"root dir", BuildOptions{Kind: KindBusybox, RootfsDir: "/"}, "rootfs dir cannot be /"},
 		{"nothing to do", BuildOptions{Kind: KindBusybox, NoEngine: true}, "nothing to build"},
 		{"ftp mirror", BuildOptions{Kind: KindDebian, Mirror: "ftp://ftp.debian.org/debian"}, "want an http, https or file URL"},
