@@ -2,9 +2,7 @@ package workspace
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 
 	"github.com/agentbox/agentbox/internal/repocache"
@@ -48,16 +46,3 @@ func (d copyDriver) Attached(dir string) (bool, error) {
 	return err == nil, err
 }
 
-// copyTree copies src to dst preserving owners, modes, links, extended
-// attributes (overlay whiteouts and opaque markers) and sparseness; it
-// clones extents where the file system can.
-func copyTree(ctx context.Context, src, dst string) error {
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return err
-	}
-	out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", "--sparse=always", "--", src+"/.", dst+"/").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("copying %s: %v: %s", src, err, out)
-	}
-	return nil
-}
