@@ -58,7 +58,8 @@ func engineErr(object string, err error) error {
 
 // List returns the images in the engine that this package built (labelled
 // agentbox.image.kind), one entry per tag, sorted by name. Untagged leftovers
-// of earlier builds are not listed.
+// of earlier builds are not listed. Rootfs is left empty: where a root file
+// system is unpacked is the caller's choice, not something the engine knows.
 func List(ctx context.Context) ([]Image, error) {
 	c, err := connect(ctx)
 	if err != nil {
