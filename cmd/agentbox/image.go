@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/image"
+)
+
+// The image commands run on this machine (as root), not through the
+// daemon: they drive debootstrap and the container engine directly and
+// leave root file systems in DATA/images/<kind>/rootfs for the local backend.
+func (c *cli) imageCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "image", Short: "Build sandbox images without a registry"}
+	cmd.AddCommand(c.imageBuildCmd(), c.imageLsCmd())
+	return cmd
+}
+
+func (c *cli) imageBuildCmd() *cobra.Command {
+	var opts image.BuildOptions
+	var kind string
+	cmd := &cobra.Command{
+		Use:   "build --kind busybox|debian",
+		Short: "Build an image from Debian packages, import it into the engine and unpack its root for the local backend",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load("")
+			if err != nil {
+				return err
+			}
+			opts.Kind = image.Kind(kind)
+			opts.RootfsDir = filepath.Join(cfg.DataDir, "images", kind, "rootfs")
+			if cfg.SandboxUID > 0 {
+				opts.UID, opts.GID = cfg.SandboxUID, cfg.SandboxGID
+			}
+			if !c.json {
+				opts.Progress = c.stderr
+			}
+			img, err := image.Build(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			return c.emit(map[string]any{"id": img.Name, "image": img}, func(w io.Writer) {
+				fmt.Fprintf(w, "built %s (%s, %s)\nroot file system: %s\n", img.Name, short(strings.TrimPrefix(img.ID, "sha256:")), humanBytes(img.SizeBytes), img.Rootfs)
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&kind, "kind", "", "busybox (seconds, for tests) or debian (git, python3, pytest, make, gcc)")
+	fl.StringVar(&opts.Name, "name", "", "image reference (default agentbox/busybox:latest or agentbox/debian:bookworm)")
+	fl.StringVar(&opts.Mirror, "mirror", "", "Debian mirror (default: this host's apt sources)")
+	fl.BoolVar(&opts.NoEngine, "no-engine", false, "only unpack the root file system (hosts without a container engine)")
+	fl.BoolVar(&opts.Force, "force", false, "rebuild even if the image matches its recipe")
+	cmd.MarkFlagRequired("kind")
+	return cmd
+}
+
+func (c *cli) imageLsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "List agentbox images in the engine",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			imgs, err := image.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return c.emit(map[string]any{"images": withImageIDs(imgs)}, func(w io.Writer) {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tKIND\tID\tSIZE\tCREATED")
+				for _, i := range imgs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.Name, i.Kind, short(strings.TrimPrefix(i.ID, "sha256:")), humanBytes(i.SizeBytes), i.Created.Local().Format("2006-01-02 15:04"))
+				}
+				tw.Flush()
+			})
+		},
+	}
+}
+
+func withImageIDs(imgs []image.Image) []image.Image {
+	if imgs == nil {
+		return []image.Image{}
+	}
+	return imgs
+}
