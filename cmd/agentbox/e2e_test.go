@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/mountinfo"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/client"
@@ -121,17 +123,12 @@ func cleanupAll(t *testing.T, data string) {
 }
 
 func mountsUnder(t *testing.T, dir string) int {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	t.Helper()
+	out, err := mountinfo.Under(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			n++
-		}
-	}
-	return n
+	return len(out)
 }
 
 // cli runs the agentbox binary and returns stdout, stderr and exit code.

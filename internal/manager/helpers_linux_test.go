@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -9,10 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
 
@@ -329,47 +329,14 @@ func dirNames(t *testing.T, dir string) []string {
 	return names
 }
 
-// mountsUnder lists the mount points at or below dir, from mountinfo.
+// mountsUnder lists the mount points at or below dir.
 func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	out, err := mountinfo.Under(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	dir = filepath.Clean(dir)
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeOctal(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
 	return out
-}
-
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func isMounted(t testing.TB, path string) bool {

@@ -45,4 +45,3 @@ func (d copyDriver) Attached(dir string) (bool, error) {
 	}
 	return err == nil, err
 }
-

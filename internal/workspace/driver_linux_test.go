@@ -1,14 +1,14 @@
 package workspace
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/agentbox/agentbox/internal/mountinfo"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
@@ -387,20 +387,6 @@ func TestMountOptions(t *testing.T) {
 	}
 }
 
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{
-		`/plain`:              "/plain",
-		`/with\040space`:      "/with space",
-		`/tab\011and\134back`: "/tab\tand\\back",
-		`/short\04`:           `/short\04`,
-		`/not\999octal`:       `/not\999octal`,
-	} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestIsMountPoint(t *testing.T) {
 	requireDriver(t, Overlay)
 	if ok, err := IsMountPoint("/"); err != nil || !ok {
@@ -435,22 +421,9 @@ func mustWrite(t *testing.T, p, content string) {
 // mountsUnder lists the mount points at or below dir.
 func mountsUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	out, err := mountinfo.Under(dir)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	dir = filepath.Clean(dir)
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		if mp := unescapeMount(fields[4]); mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
 	}
 	return out
 }

@@ -1,14 +1,14 @@
 package workspace
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/agentbox/agentbox/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
 
@@ -141,43 +141,8 @@ func (d overlayDriver) Attached(dir string) (bool, error) {
 }
 
 // IsMountPoint reports whether path is a mount point in this mount
-// namespace, from /proc/self/mountinfo.
-func IsMountPoint(path string) (bool, error) {
-	path = filepath.Clean(path)
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMount(fields[4]) == path {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// unescapeMount decodes the octal escapes (\040 for space) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+// namespace.
+func IsMountPoint(path string) (bool, error) { return mountinfo.IsMountPoint(path) }
 
 // ProbeOverlay reports whether overlay mounts work in scratch (a directory
 // on the file system that will hold workspaces).

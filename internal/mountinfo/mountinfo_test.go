@@ -1,0 +1,50 @@
+package mountinfo
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestUnescape(t *testing.T) {
+	for in, want := range map[string]string{
+		`/a\040b`: "/a b", `/tab\011x`: "/tab\tx", `/back\134slash`: `/back\slash`, `/plain`: "/plain", `/bad\09`: `/bad\09`,
+	} {
+		if got := Unescape(in); got != want {
+			t.Errorf("Unescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestMountPoints(t *testing.T) {
+	if ok, err := IsMountPoint("/"); err != nil || !ok {
+		t.Fatalf("IsMountPoint(/) = %v, %v", ok, err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "with space")
+	inner := filepath.Join(dir, "inner")
+	os.MkdirAll(inner, 0o755)
+	if ok, _ := IsMountPoint(dir); ok {
+		t.Fatal("plain dir reported as a mount point")
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	os.MkdirAll(inner, 0o755)
+	if err := unix.Mount("tmpfs", inner, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(inner, unix.MNT_DETACH)
+	if ok, err := IsMountPoint(dir + "/"); err != nil || !ok {
+		t.Errorf("IsMountPoint(%q) = %v, %v", dir, ok, err)
+	}
+	got, err := Under(dir)
+	if err != nil || len(got) != 2 || got[0] != inner || got[1] != dir {
+		t.Errorf("Under = %q, %v; want deepest first [%s %s]", got, err, inner, dir)
+	}
+}
