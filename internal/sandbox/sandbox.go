@@ -1,0 +1,183 @@
+// Package sandbox is the domain of disposable execution environments: the
+// spec a sandbox is made from, its states, and the small Backend interface
+// every execution backend (docker, gvisor, local; later kubernetes and
+// remote services) implements.
+//
+// A sandbox runs the agentbox guest as its init, with one workspace's
+// files mounted at /workspace and a per-sandbox run directory at
+// /run/agentbox, where the guest dials the daemon's unix socket. No
+// network is needed for that. Backends only make, find and destroy
+// environments; the manager owns everything else (records, guest
+// connection, replacement). This package imports no Docker, Kubernetes or
+// HTTP code: backends import it, never the other way.
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// State is where a sandbox is in its life.
+type State string
+
+// States. A sandbox the database thinks is running but whose environment
+// is gone becomes Lost; the next exec on its workspace replaces it.
+const (
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StateStopped  State = "stopped"
+	StateLost     State = "lost"
+)
+
+// Mount points inside every environment.
+const (
+	WorkspaceDir = "/workspace"
+	RunDir       = "/run/agentbox"
+	GuestPath    = "/run/agentbox-guest"
+)
+
+// Labels put on everything a backend creates, so that the reconciler can
+// find what belongs to agentbox and to which sandbox.
+const (
+	LabelManaged   = "agentbox.managed"
+	LabelSandbox   = "agentbox.sandbox"
+	LabelWorkspace = "agentbox.workspace"
+)
+
+// Limits are the hard resource limits of one sandbox.
+type Limits struct {
+	// CPUs is the CPU quota in cores (0.5 = half a core).
+	CPUs float64 `json:"cpus"`
+	// MemoryBytes is the memory limit, swap included (no swap).
+	MemoryBytes int64 `json:"memory_bytes"`
+	// Pids caps the number of processes and threads.
+	Pids int64 `json:"pids"`
+	// TmpBytes sizes the /tmp tmpfs.
+	TmpBytes int64 `json:"tmp_bytes"`
+}
+
+// DefaultLimits are applied where a spec leaves a limit at zero.
+var DefaultLimits = Limits{CPUs: 1, MemoryBytes: 1 << 30, Pids: 512, TmpBytes: 256 << 20}
+
+// Spec is what a sandbox is made from. It is recorded with the sandbox so
+// that a replacement gets exactly the same.
+type Spec struct {
+	// Backend is "docker", "gvisor" or "local".
+	Backend string `json:"backend"`
+	// Image is an image name in the engine (docker, gvisor) or the name of
+	// an unpacked root file system (local).
+	Image string `json:"image"`
+	// Limits are the hard limits; zero fields take DefaultLimits.
+	Limits Limits `json:"limits"`
+	// Lifetime, when positive, stops the sandbox this long after creation.
+	Lifetime time.Duration `json:"lifetime,omitempty"`
+}
+
+// WithDefaults fills zero limits from DefaultLimits.
+func (s Spec) WithDefaults() Spec {
+	if s.Limits.CPUs == 0 {
+		s.Limits.CPUs = DefaultLimits.CPUs
+	}
+	if s.Limits.MemoryBytes == 0 {
+		s.Limits.MemoryBytes = DefaultLimits.MemoryBytes
+	}
+	if s.Limits.Pids == 0 {
+		s.Limits.Pids = DefaultLimits.Pids
+	}
+	if s.Limits.TmpBytes == 0 {
+		s.Limits.TmpBytes = DefaultLimits.TmpBytes
+	}
+	return s
+}
+
+// Validate checks a spec against sanity bounds (ceilings set by the
+// daemon's configuration are checked by the caller).
+func (s Spec) Validate() error {
+	l := s.Limits
+	switch {
+	case s.Image == "":
+		return errdefs.Invalid("sandbox spec: image is empty")
+	case l.CPUs < 0.01 || l.CPUs > 1024:
+		return errdefs.Invalid("sandbox spec: cpus %g is outside 0.01..1024", l.CPUs)
+	case l.MemoryBytes < 16<<20:
+		return errdefs.Invalid("sandbox spec: memory %d bytes is under 16 MiB", l.MemoryBytes)
+	case l.Pids < 8 || l.Pids > 1<<22:
+		return errdefs.Invalid("sandbox spec: pids %d is outside 8..4194304", l.Pids)
+	case l.TmpBytes < 1<<20:
+		return errdefs.Invalid("sandbox spec: /tmp size %d bytes is under 1 MiB", l.TmpBytes)
+	case s.Lifetime < 0:
+		return errdefs.Invalid("sandbox spec: lifetime %s is negative", s.Lifetime)
+	}
+	return nil
+}
+
+// CreateRequest is everything a backend needs to start one environment.
+type CreateRequest struct {
+	// ID is the sandbox's identifier ("sb_...").
+	ID string
+	// WorkspaceID names the workspace, for labels.
+	WorkspaceID string
+	// Files is the host path of the workspace's files, mounted read-write
+	// (nosuid, nodev) at WorkspaceDir.
+	Files string
+	// RunDir is the host directory mounted at RunDir; the daemon listens on
+	// a unix socket in it.
+	RunDir string
+	// Guest is the host path of the static agentbox-guest binary, mounted
+	// read-only at GuestPath and run as init with GuestArgs.
+	Guest     string
+	GuestArgs []string
+	// UID and GID are the non-root user everything inside runs as.
+	UID, GID int
+	// Spec is the image and limits.
+	Spec Spec
+}
+
+// Info is what a backend knows about one environment.
+type Info struct {
+	// ID is the sandbox's identifier (from its labels).
+	ID string `json:"id"`
+	// Backend is the backend's name.
+	Backend string `json:"backend"`
+	// Ref is the backend's own handle (container ID, supervisor pid, ...).
+	Ref string `json:"ref"`
+	// State is StateRunning or StateStopped.
+	State State `json:"state"`
+	// Labels are the agentbox labels the environment carries.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Backend makes, finds and destroys execution environments. Methods are
+// safe for concurrent use. Lookups of an environment that no longer exists
+// return an error wrapping errdefs.ErrNotFound.
+type Backend interface {
+	// Name is the backend's name ("docker", "gvisor", "local").
+	Name() string
+	// Create starts an environment running the guest. On error nothing of
+	// it is left behind.
+	Create(ctx context.Context, req CreateRequest) (Info, error)
+	// Inspect reports on the environment ref.
+	Inspect(ctx context.Context, ref string) (Info, error)
+	// List returns the environments carrying all the given labels.
+	List(ctx context.Context, labels map[string]string) ([]Info, error)
+	// Stop ends every process of the environment; Remove then deletes it.
+	Stop(ctx context.Context, ref string) error
+	// Remove deletes a stopped or running environment and everything the
+	// backend made for it. Removing what is already gone is not an error.
+	Remove(ctx context.Context, ref string) error
+}
+
+// Pauser is implemented by backends that can freeze an environment, e.g.
+// while the host reads its workspace.
+type Pauser interface {
+	Pause(ctx context.Context, ref string) error
+	Resume(ctx context.Context, ref string) error
+}
+
+// ErrNoBackend names an unknown backend.
+func ErrNoBackend(name string, known []string) error {
+	return fmt.Errorf("backend %q is not one of %v: %w", name, known, errdefs.ErrInvalid)
+}
