@@ -1,0 +1,357 @@
+package initd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/guest"
+)
+
+// Config is how the guest was started.
+type Config struct {
+	// SocketPath is the daemon's socket inside the sandbox.
+	SocketPath string
+	// Token authenticates the guest to the daemon.
+	Token string
+	// Version is the guest's build version, sent in its hello.
+	Version string
+	// Logger receives the guest's few log lines.
+	Logger *slog.Logger
+}
+
+const (
+	// dialTimeout bounds one connection attempt with its handshake.
+	dialTimeout = 5 * time.Second
+	// writeTimeout bounds each frame write to the daemon.
+	writeTimeout = 10 * time.Second
+	// backoff bounds between connection attempts. The guest never gives up:
+	// whether a sandbox that lost its daemon lives on is the daemon's call.
+	minBackoff = 10 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// Guest is the running init.
+type Guest struct {
+	cfg  Config
+	log  *slog.Logger
+	exe  string
+	self int
+
+	// mu guards reapers. It is held across fork+register, so the reap loop
+	// never sees a reaper it does not know, and across sweeps, so a sweep
+	// never mistakes a new reaper for a stray.
+	mu      sync.Mutex
+	reapers map[int]*reaper
+
+	pool      chan *reaper // idle reapers, ready for a command
+	refilling atomic.Bool
+	devnull   *os.File
+}
+
+// Run runs the guest until ctx ends or SIGTERM arrives; then it kills every
+// process it started and returns.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	// The token is in this process's initial environment; commands run as
+	// the same user, so /proc/self/environ must not be theirs to read.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("PR_SET_DUMPABLE: %w", err)
+	}
+	self := os.Getpid()
+	if self != 1 {
+		// Under a runtime whose own init is PID 1 (bubblewrap), orphans
+		// of a killed reaper come here instead of escaping.
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the guest binary: %w", err)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	g := &Guest{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		exe:     exe,
+		self:    self,
+		reapers: make(map[int]*reaper),
+		pool:    make(chan *reaper, 1),
+		devnull: devnull,
+	}
+
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, syscall.SIGCHLD)
+	go g.reapLoop(sigchld)
+	// As PID 1 only signals with a handler are delivered from inside the
+	// sandbox. A handler that drops them (never SIG_IGN, which commands
+	// would inherit) keeps the sandbox's processes from ending the guest
+	// with a stray SIGINT or SIGHUP. SIGTERM ends it: that is how runtimes
+	// stop a sandbox.
+	stray := make(chan os.Signal, 8)
+	signal.Notify(stray, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
+		syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	go func() {
+		for range stray {
+		}
+	}()
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+	defer stop()
+
+	go g.refill()
+	g.connectLoop(ctx)
+	g.shutdown()
+	return nil
+}
+
+// connectLoop dials the daemon, serves the connection, and dials again
+// when it drops, until ctx ends.
+func (g *Guest) connectLoop(ctx context.Context) {
+	backoff := minBackoff
+	for ctx.Err() == nil {
+		nc, br, err := g.dial(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			g.log.Debug("connecting to the daemon", "socket", g.cfg.SocketPath, "error", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+		g.log.Info("connected to the daemon", "socket", g.cfg.SocketPath)
+		s := newSession(g, nc)
+		err = s.serve(ctx, br)
+		g.log.Info("connection to the daemon ended", "error", err)
+	}
+}
+
+// dial connects and authenticates.
+func (g *Guest) dial(ctx context.Context) (net.Conn, *bufio.Reader, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	nc, err := d.DialContext(ctx, "unix", g.cfg.SocketPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc.SetDeadline(time.Now().Add(dialTimeout))
+	hello := guest.Hello{Version: guest.ProtocolVersion, Token: []byte(g.cfg.Token), GuestVersion: g.cfg.Version, Pid: uint32(g.self)}
+	if _, err := nc.Write(guest.AppendFrame(nil, guest.FrameHello, 0, hello.Encode())); err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("sending hello: %w", err)
+	}
+	br := bufio.NewReaderSize(nc, 64<<10)
+	f, err := guest.ReadFrame(br)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("reading the daemon's answer: %w", err)
+	}
+	switch f.Type {
+	case guest.FrameHelloOK:
+	case guest.FrameError:
+		nc.Close()
+		_, msg, _ := guest.DecodeError(f.Payload)
+		return nil, nil, fmt.Errorf("daemon refused the guest: %s", msg)
+	default:
+		nc.Close()
+		return nil, nil, fmt.Errorf("%w: daemon answered %s", guest.ErrProtocol, f.Type)
+	}
+	nc.SetDeadline(time.Time{})
+	return nc, br, nil
+}
+
+// shutdown kills every process below the guest and reaps them.
+func (g *Guest) shutdown() {
+	g.mu.Lock()
+	err := killTree(g.self, nil)
+	g.mu.Unlock()
+	if err != nil {
+		g.log.Error("killing everything at shutdown", "error", err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); err == syscall.ECHILD {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// reapLoop reaps every child of the guest: its reapers, and as PID 1 (or
+// subreaper) every orphan of the sandbox.
+func (g *Guest) reapLoop(sigchld <-chan os.Signal) {
+	for range sigchld {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if pid <= 0 || err != nil {
+				break
+			}
+			g.mu.Lock()
+			r := g.reapers[pid]
+			delete(g.reapers, pid)
+			g.mu.Unlock()
+			if r != nil {
+				r.exited <- ws
+			}
+		}
+	}
+}
+
+// sweepStrays kills every process below the guest that is not in the
+// subtree of a live reaper: the orphans of a reaper that was killed.
+func (g *Guest) sweepStrays() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	err := killTree(g.self, func(pid int) bool { return g.reapers[pid] != nil })
+	if err != nil {
+		g.log.Error("killing stray processes", "error", err)
+	}
+}
+
+// reaper is the guest's handle on one reaper process.
+type reaper struct {
+	pid    int
+	ctl    *net.UnixConn
+	w      *guest.FrameWriter
+	msgs   chan guest.Frame       // frames from the reaper; closed at EOF
+	exited chan syscall.WaitStatus // its wait status, from reapLoop
+}
+
+// spawnReaper starts an idle reaper.
+func (g *Guest) spawnReaper() (*reaper, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reaper control socket: %w", err)
+	}
+	r := &reaper{msgs: make(chan guest.Frame, 4), exited: make(chan syscall.WaitStatus, 1)}
+	g.mu.Lock()
+	pid, err := syscall.ForkExec(g.exe, []string{"agentbox-guest", ReaperArg}, &syscall.ProcAttr{
+		Dir:   "/",
+		Env:   []string{"GOMAXPROCS=1"},
+		Files: []uintptr{g.devnull.Fd(), g.devnull.Fd(), 2, uintptr(fds[1])},
+	})
+	if err == nil {
+		r.pid = pid
+		g.reapers[pid] = r
+	}
+	g.mu.Unlock()
+	syscall.Close(fds[1])
+	if err != nil {
+		syscall.Close(fds[0])
+		return nil, fmt.Errorf("starting a reaper: %w", err)
+	}
+	syscall.SetNonblock(fds[0], true)
+	f := os.NewFile(uintptr(fds[0]), "reaper-ctl")
+	nc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		return nil, fmt.Errorf("reaper control socket: %w", err)
+	}
+	r.ctl = nc.(*net.UnixConn)
+	r.w = guest.NewFrameWriter(r.ctl, 2*time.Second)
+	go func() {
+		br := bufio.NewReader(r.ctl)
+		defer close(r.msgs)
+		for {
+			f, err := guest.ReadFrame(br)
+			if err != nil {
+				return
+			}
+			select {
+			case r.msgs <- f:
+			default: // a reaper sends at most three frames
+			}
+		}
+	}()
+	return r, nil
+}
+
+// refill keeps one idle reaper ready.
+func (g *Guest) refill() {
+	if !g.refilling.CompareAndSwap(false, true) {
+		return
+	}
+	defer g.refilling.Store(false)
+	if len(g.pool) == cap(g.pool) {
+		return
+	}
+	r, err := g.spawnReaper()
+	if err != nil {
+		g.log.Warn("starting an idle reaper", "error", err)
+		return
+	}
+	select {
+	case g.pool <- r:
+	default:
+		r.ctl.Close()
+	}
+}
+
+// takeReaper returns a live idle reaper.
+func (g *Guest) takeReaper() (*reaper, error) {
+	defer func() { go g.refill() }()
+	for {
+		select {
+		case r := <-g.pool:
+			select {
+			case <-r.exited:
+				r.ctl.Close()
+				continue // killed while idle
+			default:
+				return r, nil
+			}
+		default:
+			return g.spawnReaper()
+		}
+	}
+}
+
+// run hands the command and its stdio to the reaper.
+func (r *reaper) run(req *guest.ExecRequest, files []*os.File) error {
+	frame := guest.AppendFrame(nil, guest.FrameOpen, ctlStream, guest.EncodeExecRequest(req))
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	r.ctl.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	defer r.ctl.SetWriteDeadline(time.Time{})
+	// The descriptors ride on the header; the rest follows as plain data.
+	if _, _, err := r.ctl.WriteMsgUnix(frame[:guest.HeaderSize], syscall.UnixRights(fds...), nil); err != nil {
+		return err
+	}
+	if _, err := r.ctl.Write(frame[guest.HeaderSize:]); err != nil {
+		return err
+	}
+	return nil
+}
+
+// errReaperGone says a reaper died before it answered.
+var errReaperGone = errors.New("reaper died before starting the command")

@@ -1,0 +1,301 @@
+package initd
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/guest"
+)
+
+// ReaperArg is the first argument that makes the guest binary a reaper.
+const ReaperArg = "reaper"
+
+// ctlFD is the reaper's end of its control socket with the guest.
+const ctlFD = 3
+
+// ctlStream is the stream id of every frame on a control socket.
+const ctlStream = 1
+
+// defaultPath is where a command is looked up when its environment has no
+// PATH (the environment itself stays as given).
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// RunReaper is the main function of a reaper. The guest starts it with its
+// control socket as fd 3 and sends one FrameOpen (the command) carrying the
+// command's stdin, stdout and stderr as SCM_RIGHTS. The reaper answers
+// FrameStarted or FrameError, obeys FrameSignal and FrameKill, and ends with
+// FrameExit once the command and everything it left behind are dead and
+// reaped. If the guest goes away, the reaper kills the tree and exits.
+func RunReaper() int {
+	// A handler (not SIG_IGN, which the command would inherit) so that a
+	// stray signal from the sandbox does not end the reaper.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	go func() {
+		for range sigs {
+		}
+	}()
+	syscall.CloseOnExec(ctlFD)
+	ctl := os.NewFile(ctlFD, "ctl")
+	w := guest.NewFrameWriter(ctl, 0)
+	cr := &ctlReader{fd: ctlFD}
+	br := bufio.NewReader(cr)
+
+	fail := func(kind guest.ErrorKind, format string, args ...any) int {
+		w.WriteFrame(guest.FrameError, ctlStream, guest.EncodeError(kind, fmt.Sprintf(format, args...)))
+		return 0
+	}
+	f, err := guest.ReadFrame(br)
+	if err != nil {
+		return 1 // the guest let this idle reaper go
+	}
+	if f.Type != guest.FrameOpen {
+		return fail(guest.ErrKindInternal, "reaper: first frame is %s", f.Type)
+	}
+	req, err := guest.DecodeExecRequest(f.Payload)
+	if err != nil {
+		return fail(guest.ErrKindInvalid, "%v", err)
+	}
+	fds := cr.takeFDs()
+	if len(fds) != 3 {
+		return fail(guest.ErrKindInternal, "reaper: got %d file descriptors, want 3", len(fds))
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fail(guest.ErrKindInternal, "PR_SET_CHILD_SUBREAPER: %v", err)
+	}
+	// Processes of the sandbox run as the same user: without this they
+	// could ptrace the reaper or read its memory.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+	cpid, err := startCommand(&req, fds)
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+	if err != nil {
+		var se *guest.StartError
+		if errors.As(err, &se) {
+			return fail(se.Kind, "%s", se.Reason)
+		}
+		return fail(guest.ErrKindStart, "%v", err)
+	}
+	self := os.Getpid()
+	if err := w.WriteFrame(guest.FrameStarted, ctlStream, guest.EncodeU32(uint32(cpid))); err != nil {
+		killTree(self, nil)
+	}
+
+	// The command's pid stays valid for signals until it is reaped.
+	var mu sync.Mutex
+	reaped := false
+	go func() {
+		for {
+			f, err := guest.ReadFrame(br)
+			if err != nil {
+				// The guest is gone: nobody will ever read the result.
+				killTree(self, nil)
+				return
+			}
+			sig, err := guest.DecodeSignal(f.Payload)
+			if err != nil {
+				continue
+			}
+			switch f.Type {
+			case guest.FrameSignal:
+				mu.Lock()
+				if !reaped {
+					if syscall.Kill(-cpid, syscall.Signal(sig)) != nil {
+						syscall.Kill(cpid, syscall.Signal(sig))
+					}
+				}
+				mu.Unlock()
+			case guest.FrameKill:
+				if syscall.Signal(sig) == syscall.SIGKILL {
+					killTree(self, nil)
+				} else {
+					signalTree(self, syscall.Signal(sig))
+				}
+			}
+		}
+	}()
+
+	var status syscall.WaitStatus
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			break // ECHILD: nothing of the command's is left
+		}
+		if pid != cpid {
+			continue
+		}
+		mu.Lock()
+		reaped = true
+		status = ws
+		mu.Unlock()
+		// What the command left behind dies with it. No child at all
+		// means no descendant: orphans are reparented to this reaper.
+		if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); err == syscall.ECHILD {
+			break
+		}
+		killTree(self, nil)
+	}
+	code, sig := exitStatus(status)
+	w.WriteFrame(guest.FrameExit, ctlStream, guest.EncodeExit(guest.ExecResult{ExitCode: code, Signal: sig}))
+	return 0
+}
+
+// exitStatus is the shell's view of a wait status.
+func exitStatus(ws syscall.WaitStatus) (code, sig int) {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), int(ws.Signal())
+	}
+	return ws.ExitStatus(), 0
+}
+
+// startCommand checks what a shell would check and starts the command in
+// its own process group (its own session on a TTY).
+func startCommand(req *guest.ExecRequest, fds []int) (int, error) {
+	argv0 := req.Argv[0]
+	dir := req.Workdir()
+	if fi, err := os.Stat(dir); err != nil {
+		return 0, &guest.StartError{Argv0: argv0, Kind: guest.ErrKindStart, Reason: fmt.Sprintf("working directory: %v", err)}
+	} else if !fi.IsDir() {
+		return 0, &guest.StartError{Argv0: argv0, Kind: guest.ErrKindStart, Reason: fmt.Sprintf("working directory %s is not a directory", dir)}
+	}
+	path, err := lookPath(argv0, dir, req.Env)
+	if err != nil {
+		return 0, err
+	}
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if req.TTY {
+		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
+	env := req.Env
+	if env == nil {
+		env = []string{}
+	}
+	pid, err := syscall.ForkExec(path, req.Argv, &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   env,
+		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
+		Sys:   sys,
+	})
+	if err != nil {
+		kind := guest.ErrKindStart
+		if err == syscall.ENOENT {
+			kind = guest.ErrKindNotFound
+		}
+		return 0, &guest.StartError{Argv0: argv0, Kind: kind, Reason: err.Error()}
+	}
+	return pid, nil
+}
+
+// lookPath finds file the way execvp does, in the PATH of env.
+func lookPath(file, dir string, env []string) (string, error) {
+	notFound := &guest.StartError{Argv0: file, Kind: guest.ErrKindNotFound, Reason: "executable file not found in $PATH"}
+	if strings.Contains(file, "/") {
+		p := file
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if err := checkExecutable(p); err != nil {
+			kind := guest.ErrKindStart
+			if errors.Is(err, os.ErrNotExist) {
+				kind = guest.ErrKindNotFound
+			}
+			return "", &guest.StartError{Argv0: file, Kind: kind, Reason: err.Error()}
+		}
+		return p, nil
+	}
+	path := defaultPath
+	for _, e := range env {
+		if v, found := strings.CutPrefix(e, "PATH="); found {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, file)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if checkExecutable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", notFound
+}
+
+func checkExecutable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("%s is a directory", p)
+	}
+	if err := unix.Access(p, unix.X_OK); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	return nil
+}
+
+// ctlReader reads the reaper's control socket, keeping the file
+// descriptors that arrive with the data.
+type ctlReader struct {
+	fd  int
+	mu  sync.Mutex
+	fds []int
+}
+
+func (c *ctlReader) Read(p []byte) (int, error) {
+	oob := make([]byte, syscall.CmsgSpace(8*4))
+	for {
+		n, oobn, _, _, err := syscall.Recvmsg(c.fd, p, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if oobn > 0 {
+			msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+			if err == nil {
+				for i := range msgs {
+					if fds, err := syscall.ParseUnixRights(&msgs[i]); err == nil {
+						c.mu.Lock()
+						c.fds = append(c.fds, fds...)
+						c.mu.Unlock()
+					}
+				}
+			}
+		}
+		if n == 0 {
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+func (c *ctlReader) takeFDs() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fds := c.fds
+	c.fds = nil
+	return fds
+}

@@ -1,0 +1,231 @@
+package guest
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+const (
+	// DefaultSocketPath is where the guest dials the daemon inside a sandbox.
+	DefaultSocketPath = "/run/agentbox/agentbox.sock"
+	// TokenEnv is the guest's environment variable holding its token. The
+	// guest removes it from its own environment and makes itself
+	// non-dumpable so that commands cannot read it from /proc/1/environ.
+	TokenEnv = "AGENTBOX_GUEST_TOKEN"
+	// SocketEnv overrides DefaultSocketPath for the guest.
+	SocketEnv = "AGENTBOX_GUEST_SOCKET"
+	// maxPendingHandshakes bounds connections that have not authenticated
+	// yet, so that processes in the sandbox cannot exhaust the daemon.
+	maxPendingHandshakes = 8
+)
+
+// NewToken returns a fresh random token for one sandbox.
+func NewToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generating guest token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// ListenOptions tunes a Listener; the zero value is ready to use.
+type ListenOptions struct {
+	// Logger receives connection events; nil discards them.
+	Logger *slog.Logger
+	// HandshakeTimeout bounds how long a new connection may take to
+	// authenticate (default 5s).
+	HandshakeTimeout time.Duration
+	// KeepAlive is how often an idle connection is pinged; a guest silent
+	// for three intervals is declared dead (default 10s).
+	KeepAlive time.Duration
+	// WriteTimeout bounds each frame write (default 10s).
+	WriteTimeout time.Duration
+}
+
+func (o *ListenOptions) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 5 * time.Second
+	}
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = 10 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+}
+
+// Listener is the daemon's end of one sandbox's guest socket. The guest
+// dials it (the daemon never connects into a sandbox: gVisor lets a sandbox
+// connect to a host socket but not serve one) and every connection that
+// authenticates with the sandbox's token comes out of Accept.
+type Listener struct {
+	path  string
+	token []byte
+	opts  ListenOptions
+	ln    *net.UnixListener
+	conns chan *Conn
+	sem   chan struct{}
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	wg        sync.WaitGroup
+}
+
+// Listen creates the socket at path (replacing a stale socket, never any
+// other file) for a guest holding token. The socket is mode 0666 because
+// the guest runs as an unprivileged user; the token and the directory that
+// holds the socket (one per sandbox) keep others out.
+func Listen(path string, token string, opts ListenOptions) (*Listener, error) {
+	if len(token) < 16 {
+		return nil, fmt.Errorf("guest socket %s: %w: token shorter than 16 bytes", path, ErrInvalid)
+	}
+	opts.setDefaults()
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("guest socket %s: exists and is not a socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale guest socket: %w", err)
+		}
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("guest socket %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o666); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("guest socket %s: %w", path, err)
+	}
+	l := &Listener{
+		path:   path,
+		token:  []byte(token),
+		opts:   opts,
+		ln:     ln,
+		conns:  make(chan *Conn),
+		sem:    make(chan struct{}, maxPendingHandshakes),
+		closed: make(chan struct{}),
+	}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+// Path is the socket's path on the host.
+func (l *Listener) Path() string { return l.path }
+
+// Accept waits for the next authenticated guest connection.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, fmt.Errorf("guest socket %s: %w", l.path, ErrClosed)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops accepting and removes the socket. Connections already
+// accepted stay open.
+func (l *Listener) Close() error {
+	var err error
+	l.closeOnce.Do(func() {
+		close(l.closed)
+		err = l.ln.Close()
+		l.wg.Wait()
+	})
+	return err
+}
+
+func (l *Listener) acceptLoop() {
+	defer l.wg.Done()
+	for {
+		nc, err := l.ln.AcceptUnix()
+		if err != nil {
+			select {
+			case <-l.closed:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			l.opts.Logger.Warn("accepting guest connection", "socket", l.path, "error", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		select {
+		case l.sem <- struct{}{}:
+		default:
+			l.opts.Logger.Warn("too many unauthenticated guest connections; dropping one", "socket", l.path)
+			nc.Close()
+			continue
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			c, err := l.handshake(nc)
+			<-l.sem
+			if err != nil {
+				l.opts.Logger.Warn("guest handshake failed", "socket", l.path, "error", err)
+				nc.Close()
+				return
+			}
+			select {
+			case l.conns <- c:
+			case <-l.closed:
+				c.Close()
+			}
+		}()
+	}
+}
+
+// handshake reads the guest's Hello, checks its version and token, and
+// answers. Nothing of the guest's is trusted before this returns.
+func (l *Listener) handshake(nc *net.UnixConn) (*Conn, error) {
+	nc.SetDeadline(time.Now().Add(l.opts.HandshakeTimeout))
+	br := bufio.NewReaderSize(nc, 64<<10)
+	f, err := ReadFrame(br)
+	if err != nil {
+		return nil, fmt.Errorf("reading hello: %w", err)
+	}
+	if f.Type != FrameHello {
+		return nil, fmt.Errorf("%w: first frame is %s, want hello", ErrProtocol, f.Type)
+	}
+	h, err := DecodeHello(f.Payload)
+	if err != nil {
+		return nil, err
+	}
+	w := NewFrameWriter(nc, l.opts.WriteTimeout)
+	if subtle.ConstantTimeCompare(h.Token, l.token) != 1 {
+		w.WriteFrame(FrameError, 0, EncodeError(ErrKindAuth, "token refused"))
+		return nil, errors.New("guest presented a wrong token")
+	}
+	if h.Version != ProtocolVersion {
+		msg := fmt.Sprintf("protocol version %d not supported (want %d)", h.Version, ProtocolVersion)
+		w.WriteFrame(FrameError, 0, EncodeError(ErrKindProtocol, msg))
+		return nil, errors.New(msg)
+	}
+	if err := w.WriteFrame(FrameHelloOK, 0, []byte{byte(ProtocolVersion >> 8), byte(ProtocolVersion)}); err != nil {
+		return nil, fmt.Errorf("answering hello: %w", err)
+	}
+	nc.SetDeadline(time.Time{})
+	info := GuestInfo{Version: h.GuestVersion, Pid: int(h.Pid)}
+	l.opts.Logger.Info("guest connected", "socket", l.path, "guest_version", info.Version, "guest_pid", info.Pid)
+	return newConn(nc, br, w, info, l.opts), nil
+}

@@ -1,0 +1,43 @@
+package guest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// guestBin is the agentbox-guest binary built for the tests that run it.
+var guestBin string
+
+// canaryEnv is set in this test process: the guest inherits it, and no
+// command may ever see it.
+const canaryEnv = "AGENTBOX_TEST_CANARY_SECRET"
+
+var canaryValue = fmt.Sprintf("canary-%d", os.Getpid())
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "agentbox-guest-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// World-traversable: containers bind-mount the binary and run it as
+	// an unprivileged user.
+	os.Chmod(dir, 0o755)
+	guestBin = filepath.Join(dir, "agentbox-guest")
+	build := exec.Command("go", "build", "-trimpath", "-o", guestBin, "github.com/agentbox/agentbox/cmd/agentbox-guest")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building agentbox-guest: %v\n%s", err, out)
+		return 1
+	}
+	os.Setenv(canaryEnv, canaryValue)
+	return m.Run()
+}
