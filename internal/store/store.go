@@ -107,6 +107,80 @@ type Workspace struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// Sandbox is one execution environment attached to a workspace.
+type Sandbox struct {
+	// ID is the stable identifier ("sb_...").
+	ID string `json:"id"`
+	// WorkspaceID is the workspace mounted at /workspace.
+	WorkspaceID string `json:"workspace_id"`
+	// Backend is the backend's name; BackendRef its handle (container ID...).
+	Backend    string `json:"backend"`
+	BackendRef string `json:"backend_ref"`
+	// Image is the image or root file system it runs.
+	Image string `json:"image"`
+	// Spec is the full spec as JSON (sandbox.Spec), so that a replacement
+	// gets exactly the same.
+	Spec string `json:"spec"`
+	// State is a sandbox.State.
+	State string `json:"state"`
+	// TokenHash is the SHA-256 of the guest's token (hex): a restarted
+	// daemon can accept the guest's redial without ever storing the token.
+	TokenHash string `json:"-"`
+	// Replaces is the sandbox this one replaced, if any.
+	Replaces string `json:"replaces,omitempty"`
+	// CreatedAt, UpdatedAt and LastActivityAt are timestamps; activity is
+	// any API call that used the sandbox.
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	LastActivityAt time.Time `json:"last_activity_at"`
+}
+
+// SandboxFilter selects sandboxes. Zero fields match everything.
+type SandboxFilter struct {
+	WorkspaceID string
+	State       string
+}
+
+// Exec states.
+const (
+	ExecRunning  = "running"
+	ExecExited   = "exited"
+	ExecTimedOut = "timed_out"
+	ExecKilled   = "killed"
+	ExecLost     = "lost"
+)
+
+// Exec is one command run in a sandbox.
+type Exec struct {
+	ID          string `json:"id"`
+	SandboxID   string `json:"sandbox_id"`
+	WorkspaceID string `json:"workspace_id"`
+	// Argv is the command as JSON (a list of strings).
+	Argv string `json:"argv"`
+	// State is one of the Exec* constants.
+	State    string `json:"state"`
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	OOM      bool   `json:"oom,omitempty"`
+	// CPUNanos and PeakMemBytes are the command's usage, when known.
+	CPUNanos     int64 `json:"cpu_ns,omitempty"`
+	PeakMemBytes int64 `json:"peak_mem_bytes,omitempty"`
+	// StdoutBytes and StderrBytes count the output, dropped bytes included.
+	StdoutBytes int64     `json:"stdout_bytes"`
+	StderrBytes int64     `json:"stderr_bytes"`
+	StartedAt   time.Time `json:"started_at"`
+	FinishedAt  time.Time `json:"finished_at"`
+}
+
+// ExecFilter selects execs, newest last. Zero fields match everything.
+type ExecFilter struct {
+	SandboxID   string
+	WorkspaceID string
+	// Limit caps the result (the most recent ones); 0 means 1000.
+	Limit int
+}
+
 // Event is one entry of the append-only log: who did what to which object.
 type Event struct {
 	// ID increases with every append.
@@ -163,7 +237,21 @@ type Store interface {
 	// ListWorkspaces lists all workspaces, or those of one repo.
 	ListWorkspaces(ctx context.Context, repoID string) ([]Workspace, error)
 	UpdateWorkspace(ctx context.Context, w Workspace) error
+	// DeleteWorkspace fails with ErrConflict while sandbox rows reference it.
 	DeleteWorkspace(ctx context.Context, id string) error
+
+	CreateSandbox(ctx context.Context, sb Sandbox) error
+	GetSandbox(ctx context.Context, id string) (Sandbox, error)
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
+	UpdateSandbox(ctx context.Context, sb Sandbox) error
+	DeleteSandbox(ctx context.Context, id string) error
+
+	CreateExec(ctx context.Context, e Exec) error
+	// FinishExec records an exec's outcome (every field but the IDs, argv
+	// and start time).
+	FinishExec(ctx context.Context, e Exec) error
+	GetExec(ctx context.Context, id string) (Exec, error)
+	ListExecs(ctx context.Context, f ExecFilter) ([]Exec, error)
 
 	AppendEvent(ctx context.Context, e Event) (Event, error)
 	ListEvents(ctx context.Context, f EventFilter) ([]Event, error)

@@ -21,6 +21,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Pristines", func(t *testing.T) { testPristines(t, open(t, newStore)) })
 	t.Run("Workspaces", func(t *testing.T) { testWorkspaces(t, open(t, newStore)) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, open(t, newStore)) })
+	t.Run("Sandboxes", func(t *testing.T) { testSandboxes(t, open(t, newStore)) })
+	t.Run("Execs", func(t *testing.T) { testExecs(t, open(t, newStore)) })
 	t.Run("ConcurrentWriters", func(t *testing.T) { testConcurrent(t, open(t, newStore)) })
 }
 
@@ -327,4 +329,111 @@ func ids[T any, K comparable](xs []T, f func(T) K) []K {
 		out = append(out, f(x))
 	}
 	return out
+}
+
+func sandbox(id, wsID string) store.Sandbox {
+	n := now()
+	return store.Sandbox{ID: id, WorkspaceID: wsID, Backend: "docker", BackendRef: "c0ffee", Image: "agentbox/busybox:latest",
+		Spec: `{"backend":"docker"}`, State: "running", TokenHash: "abc", CreatedAt: n, UpdatedAt: n, LastActivityAt: n}
+}
+
+func testSandboxes(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	if err := s.CreateRepo(ctx, repo("repo_a")); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"ws_1", "ws_2"} {
+		if err := s.CreateWorkspace(ctx, ws(id, "repo_a", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb := sandbox("sb_1", "ws_1")
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	wantClass(t, s.CreateSandbox(ctx, sb), errdefs.ErrConflict)
+	if err := s.CreateSandbox(ctx, sandbox("sb_x", "ws_missing")); err == nil {
+		t.Error("created a sandbox for a missing workspace")
+	}
+	got, err := s.GetSandbox(ctx, "sb_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(sb, got); d != "" {
+		t.Errorf("GetSandbox (-want +got):\n%s", d)
+	}
+	sb.State, sb.BackendRef, sb.Replaces = "lost", "", "sb_0"
+	sb.LastActivityAt = now().Add(time.Minute)
+	if err := s.UpdateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.GetSandbox(ctx, "sb_1")
+	if d := cmp.Diff(sb, got); d != "" {
+		t.Errorf("after UpdateSandbox (-want +got):\n%s", d)
+	}
+	if err := s.CreateSandbox(ctx, sandbox("sb_2", "ws_2")); err != nil {
+		t.Fatal(err)
+	}
+	id := func(x store.Sandbox) string { return x.ID }
+	for _, tc := range []struct {
+		f    store.SandboxFilter
+		want []string
+	}{
+		{store.SandboxFilter{}, []string{"sb_1", "sb_2"}},
+		{store.SandboxFilter{WorkspaceID: "ws_2"}, []string{"sb_2"}},
+		{store.SandboxFilter{State: "lost"}, []string{"sb_1"}},
+	} {
+		list, err := s.ListSandboxes(ctx, tc.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(tc.want, ids(list, id)); d != "" {
+			t.Errorf("ListSandboxes(%+v) (-want +got):\n%s", tc.f, d)
+		}
+	}
+	// A workspace with sandbox rows cannot be deleted before them.
+	wantClass(t, s.DeleteWorkspace(ctx, "ws_1"), errdefs.ErrConflict)
+	if err := s.DeleteSandbox(ctx, "sb_1"); err != nil {
+		t.Fatal(err)
+	}
+	wantClass(t, s.DeleteSandbox(ctx, "sb_1"), errdefs.ErrNotFound)
+	if err := s.DeleteWorkspace(ctx, "ws_1"); err != nil {
+		t.Fatal(err)
+	}
+	wantClass(t, s.UpdateSandbox(ctx, sandbox("sb_missing", "ws_2")), errdefs.ErrNotFound)
+}
+
+func testExecs(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	base := now()
+	for i := range 5 {
+		e := store.Exec{ID: fmt.Sprintf("ex_%d", i), SandboxID: fmt.Sprintf("sb_%d", i%2), WorkspaceID: "ws_1",
+			Argv: `["true"]`, State: store.ExecRunning, StartedAt: base.Add(time.Duration(i) * time.Second)}
+		if err := s.CreateExec(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := store.Exec{ID: "ex_3", SandboxID: "sb_1", WorkspaceID: "ws_1", Argv: `["true"]`, State: store.ExecTimedOut,
+		ExitCode: 137, Signal: 9, TimedOut: true, OOM: true, CPUNanos: 5e6, PeakMemBytes: 1 << 20,
+		StdoutBytes: 10, StderrBytes: 20, StartedAt: base.Add(3 * time.Second), FinishedAt: base.Add(4 * time.Second)}
+	if err := s.FinishExec(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetExec(ctx, "ex_3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(done, got); d != "" {
+		t.Errorf("GetExec (-want +got):\n%s", d)
+	}
+	wantClass(t, s.FinishExec(ctx, store.Exec{ID: "ex_missing"}), errdefs.ErrNotFound)
+	id := func(e store.Exec) string { return e.ID }
+	last2, _ := s.ListExecs(ctx, store.ExecFilter{WorkspaceID: "ws_1", Limit: 2})
+	if d := cmp.Diff([]string{"ex_3", "ex_4"}, ids(last2, id)); d != "" {
+		t.Errorf("ListExecs last 2 (-want +got):\n%s", d)
+	}
+	sb1, _ := s.ListExecs(ctx, store.ExecFilter{SandboxID: "sb_1"})
+	if d := cmp.Diff([]string{"ex_1", "ex_3"}, ids(sb1, id)); d != "" {
+		t.Errorf("ListExecs sb_1 (-want +got):\n%s", d)
+	}
 }
