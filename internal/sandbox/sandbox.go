@@ -130,6 +130,10 @@ type CreateRequest struct {
 	// read-only at GuestPath and run as init with GuestArgs.
 	Guest     string
 	GuestArgs []string
+	// GuestEnv is the guest's whole environment ("KEY=value"), e.g. its
+	// token (guest.TokenEnv). Nothing else of the daemon's environment may
+	// reach the sandbox.
+	GuestEnv []string
 	// UID and GID are the non-root user everything inside runs as.
 	UID, GID int
 	// Spec is the image and limits.
