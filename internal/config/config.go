@@ -68,6 +68,18 @@ type Config struct {
 	LogFormat string `json:"log_format"`
 	// ShutdownGrace is how long a stopping daemon lets requests finish.
 	ShutdownGrace Duration `json:"shutdown_grace"`
+	// DefaultBackend is the execution backend of a sandbox that names none:
+	// "auto" (docker when an engine answers, else local), docker, gvisor
+	// or local.
+	DefaultBackend string `json:"default_backend"`
+	// DefaultImage is the image of a sandbox that names none.
+	DefaultImage string `json:"default_image"`
+	// GuestBinary is the static agentbox-guest binary run as every
+	// sandbox's init; default: agentbox-guest next to the agentbox binary.
+	GuestBinary string `json:"guest_binary"`
+	// DockerHost is the container engine's address (default $DOCKER_HOST
+	// or the local socket).
+	DockerHost string `json:"docker_host"`
 }
 
 // DefaultDataDir is /var/lib/agentbox for root, else
@@ -101,6 +113,8 @@ func Default() Config {
 		LogLevel:        "info",
 		LogFormat:       "json",
 		ShutdownGrace:   Duration{30 * time.Second},
+		DefaultBackend:  "auto",
+		DefaultImage:    "agentbox/debian:bookworm",
 	}
 }
 
@@ -177,6 +191,11 @@ func (c *Config) Validate() error {
 	}
 	if c.AuthorName == "" || c.AuthorEmail == "" || strings.ContainsAny(c.AuthorName+c.AuthorEmail, "<>\n") {
 		probs = append(probs, "author_name and author_email must be set and contain no <, > or newline")
+	}
+	switch c.DefaultBackend {
+	case "auto", "docker", "gvisor", "local":
+	default:
+		probs = append(probs, fmt.Sprintf("default_backend %q is not one of auto, docker, gvisor, local", c.DefaultBackend))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
