@@ -55,13 +55,12 @@ func run() int {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	token := os.Getenv(guest.TokenEnv)
-	os.Unsetenv(guest.TokenEnv)
-	if token == "" {
-		log.Error("no token: set " + guest.TokenEnv)
+	token, err := initd.TakeToken()
+	if err != nil {
+		log.Error("guest failed", "error", err)
 		return 2
 	}
-	err := initd.Run(context.Background(), initd.Config{
+	err = initd.Run(context.Background(), initd.Config{
 		SocketPath: *socket,
 		Token:      token,
 		Version:    version,

@@ -113,6 +113,9 @@ func (c *Conn) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdo
 	case <-p.started:
 		return p, nil
 	case <-p.done:
+		if p.isStarted() {
+			return p, nil // a quick command: started and done at once
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.startErr != nil {

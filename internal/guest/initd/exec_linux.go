@@ -3,6 +3,7 @@ package initd
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -124,8 +125,9 @@ type pumpResult struct {
 
 func (st *execStream) execute() (guest.ExecResult, error) {
 	req := &st.req
-	var child, outs []*os.File
-	var in *os.File
+	var child []*os.File
+	var outs []outStream
+	var in io.WriteCloser
 	if req.TTY {
 		master, slave, err := pty.Open()
 		if err != nil {
@@ -139,7 +141,8 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 		st.mu.Lock()
 		st.master = master
 		st.mu.Unlock()
-		child, outs, in = []*os.File{slave, slave, slave}, []*os.File{master}, master
+		m := newPTYMaster(master)
+		child, outs, in = []*os.File{slave, slave, slave}, []outStream{m}, m
 	} else {
 		inR, inW, err := os.Pipe()
 		if err != nil {
@@ -159,7 +162,7 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 			outW.Close()
 			return guest.ExecResult{}, err
 		}
-		child, outs, in = []*os.File{inR, outW, errW}, []*os.File{outR, errR}, inW
+		child, outs, in = []*os.File{inR, outW, errW}, []outStream{outR, errR}, inW
 	}
 	closeOurs := func() {
 		for _, f := range outs {
@@ -168,12 +171,17 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 		in.Close()
 	}
 
-	r, err := st.s.g.takeReaper()
+	g := st.s.g
+	g.execMu.Lock()
+	g.running++
+	g.execMu.Unlock()
+	defer g.execDone()
+	r, err := g.takeReaper()
 	if err == nil {
 		if err = r.run(req, child); err != nil {
 			// An idle reaper that died since; a fresh one will do.
 			r.ctl.Close()
-			if r, err = st.s.g.spawnReaper(); err == nil {
+			if r, err = g.spawnReaper(); err == nil {
 				err = r.run(req, child)
 			}
 		}
@@ -185,7 +193,14 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 		closeOurs()
 		return guest.ExecResult{}, fmt.Errorf("handing the command to a reaper: %w", err)
 	}
-	defer r.ctl.Close()
+	reusable := false
+	defer func() {
+		if reusable {
+			g.putReaper(r)
+		} else {
+			r.ctl.Close()
+		}
+	}()
 
 	// The reaper answers FrameStarted or FrameError. The command runs
 	// before the answer is written and may stop the reaper (same user):
@@ -198,10 +213,15 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 	for waiting := true; waiting; {
 		select {
 		case f, ok := <-r.msgs:
+			if ok && f.Stream != r.seq {
+				continue // left over from an earlier command
+			}
 			waiting = false
 			switch {
 			case !ok:
-				err = errReaperGone
+				// Killed, maybe by the command before it could answer:
+				// whether the command ran is unknown, and what it started
+				// is the guest's to sweep (below).
 			case f.Type == guest.FrameStarted:
 				pid, err = guest.DecodeU32(f.Payload)
 			case f.Type == guest.FrameError:
@@ -224,8 +244,10 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 	wake.Stop()
 	if err != nil {
 		var se *guest.StartError
-		if !errors.As(err, &se) && err != errReaperGone {
-			st.s.g.killReaper(r)
+		if errors.As(err, &se) {
+			reusable = true // it never started anything
+		} else {
+			g.killReaper(r)
 		}
 		closeOurs()
 		return guest.ExecResult{}, err
@@ -242,7 +264,11 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 			results[i] = st.pump(i, f)
 		}()
 	}
-	go st.writeStdin(in, req.TTY)
+	stdinDone := make(chan struct{})
+	go func() {
+		defer close(stdinDone)
+		st.writeStdin(in, req.TTY)
+	}()
 
 	var timeout, grace, backstop <-chan time.Time
 	if req.Timeout > 0 {
@@ -251,7 +277,7 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 		timeout = t.C
 	}
 	kill := func(sig syscall.Signal) {
-		r.w.WriteFrame(guest.FrameKill, ctlStream, []byte{byte(sig)})
+		r.w.WriteFrame(guest.FrameKill, r.seq, []byte{byte(sig)})
 		syscall.Kill(r.pid, syscall.SIGCONT)
 		if sig == syscall.SIGKILL && backstop == nil {
 			backstop = time.After(backstopDelay)
@@ -261,7 +287,8 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 	var timedOut, canceled bool
 	sessionDone := st.s.done
 	msgs := r.msgs
-	for exited := false; !exited; {
+	exited := false
+	for !exited && status == nil {
 		select {
 		case <-timeout:
 			timeout = nil
@@ -284,14 +311,14 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 				kill(sig)
 			}
 		case c := <-st.signals:
-			r.w.WriteFrame(guest.FrameSignal, ctlStream, []byte{byte(c.sig)})
+			r.w.WriteFrame(guest.FrameSignal, r.seq, []byte{byte(c.sig)})
 		case <-sessionDone:
 			sessionDone = nil
 			kill(syscall.SIGKILL)
 		case f, ok := <-msgs:
 			if !ok {
 				msgs = nil
-			} else if f.Type == guest.FrameExit {
+			} else if f.Type == guest.FrameExit && f.Stream == r.seq {
 				if res, err := guest.DecodeExit(f.Payload); err == nil {
 					status = &res
 				}
@@ -300,16 +327,15 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 			exited = true
 		case <-backstop:
 			backstop = nil
-			st.s.g.log.Warn("reaper did not kill its command in time; killing its tree from the guest", "reaper_pid", r.pid)
-			st.s.g.killReaper(r)
+			g.log.Warn("reaper did not kill its command in time; killing its tree from the guest", "reaper_pid", r.pid)
+			g.killReaper(r)
 		}
 	}
-	// The reaper sends its verdict before it exits; the reader may not
-	// have passed it on yet. Its end of the socket is closed now, so the
-	// reader reaches EOF.
-	if msgs != nil {
+	if status == nil && msgs != nil {
+		// The reaper died: its verdict, if it sent one, may still be on its
+		// way. Its end of the socket is closed, so the reader reaches EOF.
 		for f := range msgs {
-			if f.Type == guest.FrameExit && status == nil {
+			if f.Type == guest.FrameExit && f.Stream == r.seq {
 				if res, err := guest.DecodeExit(f.Payload); err == nil {
 					status = &res
 				}
@@ -318,8 +344,11 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 	}
 	if status == nil {
 		// Killed from inside: its orphans came to the guest.
-		st.s.g.log.Warn("a reaper died without a verdict; sweeping its orphans", "reaper_pid", r.pid)
-		st.s.g.sweepStrays()
+		g.log.Warn("a reaper died without a verdict; sweeping its orphans", "reaper_pid", r.pid)
+		g.sweepStrays()
+	} else {
+		reusable = !exited
+		g.sweepIfAlone()
 	}
 
 	st.treeDead.Store(true)
@@ -328,6 +357,12 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 	}
 	pumps.Wait()
 	st.stdin.kill()
+	if req.TTY {
+		// The terminal's writer uses the raw descriptor: let it go before
+		// the descriptor is closed and its number reused. (A pipe's
+		// writer is woken by the close itself.)
+		<-stdinDone
+	}
 	st.mu.Lock()
 	st.master = nil
 	st.mu.Unlock()
@@ -353,7 +388,13 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 // pump sends one output channel to the daemon within its credit, up to the
 // cap; past the cap it appends the marker and keeps reading and dropping,
 // so that the command never blocks on a full pipe because of the cap.
-func (st *execStream) pump(i int, f *os.File) pumpResult {
+// outStream is a command's output: a pipe, or a terminal's master.
+type outStream interface {
+	io.ReadCloser
+	SetReadDeadline(time.Time) error
+}
+
+func (st *execStream) pump(i int, f outStream) pumpResult {
 	credit := st.credit[i]
 	ft := guest.FrameStdout + guest.FrameType(i)
 	limit := st.req.OutputCap()
@@ -416,7 +457,7 @@ func (st *execStream) sendMarker(credit *guest.Credit, ft guest.FrameType, limit
 // writeStdin copies the daemon's stdin frames to the command, granting
 // credit back as each chunk is written (or dropped, once the command has
 // stopped reading).
-func (st *execStream) writeStdin(in *os.File, tty bool) {
+func (st *execStream) writeStdin(in io.WriteCloser, tty bool) {
 	broken := false
 	for {
 		b, ok := st.stdin.next()
@@ -515,6 +556,27 @@ func (q *inQueue) kill() {
 	q.dead = true
 	q.cond.Signal()
 	q.mu.Unlock()
+}
+
+// execDone counts a command out.
+func (g *Guest) execDone() {
+	g.execMu.Lock()
+	g.running--
+	g.execMu.Unlock()
+}
+
+// sweepIfAlone is for a guest whose commands' orphans may come to itself
+// (see Guest.sweepOrphans), where they cannot be told apart: the last
+// command to end kills them all, before its own result goes out.
+func (g *Guest) sweepIfAlone() {
+	if !g.sweepOrphans {
+		return
+	}
+	g.execMu.Lock()
+	defer g.execMu.Unlock()
+	if g.running == 1 {
+		g.sweepStrays()
+	}
 }
 
 // killReaper kills a reaper's whole tree and the reaper, for a reaper that

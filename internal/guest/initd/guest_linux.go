@@ -3,12 +3,12 @@ package initd
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -58,7 +58,20 @@ type Guest struct {
 	pool      chan *reaper // idle reapers, ready for a command
 	refilling atomic.Bool
 	devnull   *os.File
+
+	// sweepOrphans says orphans of commands may come to the guest: reapers
+	// cannot be subreapers, or the guest is PID 1 of a runtime that may
+	// ignore them (gVisor 20221219 accepts PR_SET_CHILD_SUBREAPER and still
+	// reparents orphans to PID 1). The guest cannot tell whose they are, so
+	// the last command to end kills them all.
+	sweepOrphans bool
+	// execMu guards running, the number of commands running.
+	execMu  sync.Mutex
+	running int
 }
+
+// maxIdleReapers bounds the reapers kept for reuse.
+const maxIdleReapers = 2
 
 // Run runs the guest until ctx ends or SIGTERM arrives; then it kills every
 // process it started and returns.
@@ -66,18 +79,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	// The token is in this process's initial environment; commands run as
-	// the same user, so /proc/self/environ must not be theirs to read.
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("PR_SET_DUMPABLE: %w", err)
-	}
 	self := os.Getpid()
-	if self != 1 {
-		// Under a runtime whose own init is PID 1 (bubblewrap), orphans
-		// of a killed reaper come here instead of escaping.
-		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-			return fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
+	// Under a runtime whose own init is PID 1 (bubblewrap), orphans of a
+	// killed reaper come here instead of escaping. As PID 1 it is a no-op
+	// that tells whether reapers can be subreapers.
+	if err := setupProcess(); err != nil {
+		if self != 1 {
+			return err
 		}
+		cfg.Logger.Warn("reapers cannot be subreapers: orphans of commands are killed when no command runs", "error", err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -94,8 +104,10 @@ func Run(ctx context.Context, cfg Config) error {
 		exe:     exe,
 		self:    self,
 		reapers: make(map[int]*reaper),
-		pool:    make(chan *reaper, 1),
+		pool:    make(chan *reaper, maxIdleReapers),
 		devnull: devnull,
+		// As PID 1 the sweep costs a scan of a few processes.
+		sweepOrphans: self == 1,
 	}
 
 	sigchld := make(chan os.Signal, 1)
@@ -117,8 +129,26 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stop()
 
 	go g.refill()
-	g.connectLoop(ctx)
+	// A connection whose commands are stuck must not delay a shutdown:
+	// the loop runs apart, and the process ends with Run.
+	go g.connectLoop(ctx)
+	<-ctx.Done()
+	g.log.Info("shutting down: killing every process")
 	g.shutdown()
+	return nil
+}
+
+// setupProcess makes this process non-dumpable, so that commands (the same
+// user) cannot ptrace it or read its memory, and a child subreaper. It
+// must run on the main thread (see thread_linux.go).
+func setupProcess() error {
+	defer runtime.UnlockOSThread()
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("PR_SET_DUMPABLE: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
+	}
 	return nil
 }
 
@@ -235,13 +265,15 @@ func (g *Guest) sweepStrays() {
 	}
 }
 
-// reaper is the guest's handle on one reaper process.
+// reaper is the guest's handle on one reaper process. A reaper serves one
+// command at a time and is reused once a command's tree is gone.
 type reaper struct {
 	pid    int
 	ctl    *net.UnixConn
 	w      *guest.FrameWriter
-	msgs   chan guest.Frame       // frames from the reaper; closed at EOF
+	msgs   chan guest.Frame        // frames from the reaper; closed at EOF
 	exited chan syscall.WaitStatus // its wait status, from reapLoop
+	seq    uint32                  // stream id of its current command
 }
 
 // spawnReaper starts an idle reaper.
@@ -250,7 +282,7 @@ func (g *Guest) spawnReaper() (*reaper, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reaper control socket: %w", err)
 	}
-	r := &reaper{msgs: make(chan guest.Frame, 4), exited: make(chan syscall.WaitStatus, 1)}
+	r := &reaper{msgs: make(chan guest.Frame, 16), exited: make(chan syscall.WaitStatus, 1)}
 	g.mu.Lock()
 	pid, err := syscall.ForkExec(g.exe, []string{"agentbox-guest", ReaperArg}, &syscall.ProcAttr{
 		Dir:   "/",
@@ -287,20 +319,20 @@ func (g *Guest) spawnReaper() (*reaper, error) {
 			}
 			select {
 			case r.msgs <- f:
-			default: // a reaper sends at most three frames
+			default: // a reaper sends at most two frames per command
 			}
 		}
 	}()
 	return r, nil
 }
 
-// refill keeps one idle reaper ready.
+// refill keeps an idle reaper ready.
 func (g *Guest) refill() {
 	if !g.refilling.CompareAndSwap(false, true) {
 		return
 	}
 	defer g.refilling.Store(false)
-	if len(g.pool) == cap(g.pool) {
+	if len(g.pool) > 0 {
 		return
 	}
 	r, err := g.spawnReaper()
@@ -334,9 +366,20 @@ func (g *Guest) takeReaper() (*reaper, error) {
 	}
 }
 
+// putReaper keeps a reaper whose command ended cleanly for the next one.
+func (g *Guest) putReaper(r *reaper) {
+	syscall.Kill(r.pid, syscall.SIGCONT) // in case the command stopped it
+	select {
+	case g.pool <- r:
+	default:
+		r.ctl.Close() // it exits at EOF
+	}
+}
+
 // run hands the command and its stdio to the reaper.
 func (r *reaper) run(req *guest.ExecRequest, files []*os.File) error {
-	frame := guest.AppendFrame(nil, guest.FrameOpen, ctlStream, guest.EncodeExecRequest(req))
+	r.seq++
+	frame := guest.AppendFrame(nil, guest.FrameOpen, r.seq, guest.EncodeExecRequest(req))
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
@@ -352,6 +395,3 @@ func (r *reaper) run(req *guest.ExecRequest, files []*os.File) error {
 	}
 	return nil
 }
-
-// errReaperGone says a reaper died before it answered.
-var errReaperGone = errors.New("reaper died before starting the command")

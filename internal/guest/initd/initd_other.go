@@ -26,3 +26,6 @@ func Run(ctx context.Context, cfg Config) error { return errLinuxOnly }
 
 // RunReaper fails: the guest needs Linux.
 func RunReaper() int { return 1 }
+
+// TakeToken fails: the guest needs Linux.
+func TakeToken() (string, error) { return "", errLinuxOnly }

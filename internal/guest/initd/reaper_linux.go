@@ -23,19 +23,18 @@ const ReaperArg = "reaper"
 // ctlFD is the reaper's end of its control socket with the guest.
 const ctlFD = 3
 
-// ctlStream is the stream id of every frame on a control socket.
-const ctlStream = 1
-
 // defaultPath is where a command is looked up when its environment has no
 // PATH (the environment itself stays as given).
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // RunReaper is the main function of a reaper. The guest starts it with its
-// control socket as fd 3 and sends one FrameOpen (the command) carrying the
-// command's stdin, stdout and stderr as SCM_RIGHTS. The reaper answers
-// FrameStarted or FrameError, obeys FrameSignal and FrameKill, and ends with
-// FrameExit once the command and everything it left behind are dead and
-// reaped. If the guest goes away, the reaper kills the tree and exits.
+// control socket as fd 3. For each command the guest sends one FrameOpen
+// carrying the command's stdin, stdout and stderr as SCM_RIGHTS, on a
+// stream id of its own (so that a late kill never hits the next command).
+// The reaper answers FrameStarted or FrameError, obeys FrameSignal and
+// FrameKill, and sends FrameExit once the command and everything it left
+// behind are dead and reaped; then it waits for the next command. If the
+// guest goes away, the reaper kills the tree and exits.
 func RunReaper() int {
 	// A handler (not SIG_IGN, which the command would inherit) so that a
 	// stray signal from the sandbox does not end the reaper.
@@ -47,86 +46,123 @@ func RunReaper() int {
 		}
 	}()
 	syscall.CloseOnExec(ctlFD)
-	ctl := os.NewFile(ctlFD, "ctl")
-	w := guest.NewFrameWriter(ctl, 0)
-	cr := &ctlReader{fd: ctlFD}
-	br := bufio.NewReader(cr)
+	// Without a subreaper orphans go to the guest, which then sweeps them
+	// itself (see Guest.noSubreaper).
+	setupProcess()
 
-	fail := func(kind guest.ErrorKind, format string, args ...any) int {
-		w.WriteFrame(guest.FrameError, ctlStream, guest.EncodeError(kind, fmt.Sprintf(format, args...)))
-		return 0
+	r := &reaperState{
+		self: os.Getpid(),
+		w:    guest.NewFrameWriter(os.NewFile(ctlFD, "ctl"), 0),
+		cr:   &ctlReader{fd: ctlFD},
 	}
-	f, err := guest.ReadFrame(br)
-	if err != nil {
-		return 1 // the guest let this idle reaper go
+	opens := make(chan guest.Frame)
+	go r.readControl(opens)
+	for f := range opens {
+		r.runOne(f)
 	}
-	if f.Type != guest.FrameOpen {
-		return fail(guest.ErrKindInternal, "reaper: first frame is %s", f.Type)
+	return 0
+}
+
+// reaperState is a reaper between and during commands.
+type reaperState struct {
+	self int
+	w    *guest.FrameWriter
+	cr   *ctlReader
+
+	mu     sync.Mutex
+	id     uint32 // the current command's stream id; 0 between commands
+	cpid   int    // its pid until it is reaped
+	reaped bool
+}
+
+// readControl passes FrameOpen to the main loop and carries out signals
+// and kills for the current command at once.
+func (r *reaperState) readControl(opens chan<- guest.Frame) {
+	defer close(opens)
+	br := bufio.NewReader(r.cr)
+	for {
+		f, err := guest.ReadFrame(br)
+		if err != nil {
+			// The guest is gone: nobody will ever read a result.
+			killTree(r.self, nil)
+			return
+		}
+		if f.Type == guest.FrameOpen {
+			opens <- f
+			continue
+		}
+		sig, err := guest.DecodeSignal(f.Payload)
+		if err != nil {
+			continue
+		}
+		r.mu.Lock()
+		current := f.Stream == r.id && r.id != 0
+		cpid, reaped := r.cpid, r.reaped
+		r.mu.Unlock()
+		if !current {
+			continue // for a command that already ended
+		}
+		switch f.Type {
+		case guest.FrameSignal:
+			if !reaped {
+				if syscall.Kill(-cpid, syscall.Signal(sig)) != nil {
+					syscall.Kill(cpid, syscall.Signal(sig))
+				}
+			}
+		case guest.FrameKill:
+			if syscall.Signal(sig) == syscall.SIGKILL {
+				killTree(r.self, nil)
+			} else {
+				signalTree(r.self, syscall.Signal(sig))
+			}
+		}
+	}
+}
+
+// runOne runs one command to the end of its whole tree.
+func (r *reaperState) runOne(f guest.Frame) {
+	id := f.Stream
+	fds := r.cr.takeFDs()
+	defer func() {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+	}()
+	fail := func(kind guest.ErrorKind, format string, args ...any) {
+		r.w.WriteFrame(guest.FrameError, id, guest.EncodeError(kind, fmt.Sprintf(format, args...)))
 	}
 	req, err := guest.DecodeExecRequest(f.Payload)
 	if err != nil {
-		return fail(guest.ErrKindInvalid, "%v", err)
+		fail(guest.ErrKindInvalid, "%v", err)
+		return
 	}
-	fds := cr.takeFDs()
 	if len(fds) != 3 {
-		return fail(guest.ErrKindInternal, "reaper: got %d file descriptors, want 3", len(fds))
+		fail(guest.ErrKindInternal, "reaper: got %d file descriptors, want 3", len(fds))
+		return
 	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return fail(guest.ErrKindInternal, "PR_SET_CHILD_SUBREAPER: %v", err)
-	}
-	// Processes of the sandbox run as the same user: without this they
-	// could ptrace the reaper or read its memory.
-	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-
+	r.mu.Lock() // held across the fork so that no signal misses the new pid
 	cpid, err := startCommand(&req, fds)
-	for _, fd := range fds {
-		syscall.Close(fd)
+	if err == nil {
+		r.id, r.cpid, r.reaped = id, cpid, false
 	}
+	r.mu.Unlock()
 	if err != nil {
 		var se *guest.StartError
 		if errors.As(err, &se) {
-			return fail(se.Kind, "%s", se.Reason)
+			fail(se.Kind, "%s", se.Reason)
+		} else {
+			fail(guest.ErrKindStart, "%v", err)
 		}
-		return fail(guest.ErrKindStart, "%v", err)
+		return
 	}
-	self := os.Getpid()
-	if err := w.WriteFrame(guest.FrameStarted, ctlStream, guest.EncodeU32(uint32(cpid))); err != nil {
-		killTree(self, nil)
+	// The command has its copies; holding ours would keep its pipes open.
+	for _, fd := range fds {
+		syscall.Close(fd)
 	}
-
-	// The command's pid stays valid for signals until it is reaped.
-	var mu sync.Mutex
-	reaped := false
-	go func() {
-		for {
-			f, err := guest.ReadFrame(br)
-			if err != nil {
-				// The guest is gone: nobody will ever read the result.
-				killTree(self, nil)
-				return
-			}
-			sig, err := guest.DecodeSignal(f.Payload)
-			if err != nil {
-				continue
-			}
-			switch f.Type {
-			case guest.FrameSignal:
-				mu.Lock()
-				if !reaped {
-					if syscall.Kill(-cpid, syscall.Signal(sig)) != nil {
-						syscall.Kill(cpid, syscall.Signal(sig))
-					}
-				}
-				mu.Unlock()
-			case guest.FrameKill:
-				if syscall.Signal(sig) == syscall.SIGKILL {
-					killTree(self, nil)
-				} else {
-					signalTree(self, syscall.Signal(sig))
-				}
-			}
-		}
-	}()
+	fds = nil
+	if err := r.w.WriteFrame(guest.FrameStarted, id, guest.EncodeU32(uint32(cpid))); err != nil {
+		killTree(r.self, nil)
+	}
 
 	var status syscall.WaitStatus
 	for {
@@ -141,20 +177,22 @@ func RunReaper() int {
 		if pid != cpid {
 			continue
 		}
-		mu.Lock()
-		reaped = true
+		r.mu.Lock()
+		r.reaped = true
+		r.mu.Unlock()
 		status = ws
-		mu.Unlock()
 		// What the command left behind dies with it. No child at all
 		// means no descendant: orphans are reparented to this reaper.
 		if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); err == syscall.ECHILD {
 			break
 		}
-		killTree(self, nil)
+		killTree(r.self, nil)
 	}
+	r.mu.Lock()
+	r.id = 0
+	r.mu.Unlock()
 	code, sig := exitStatus(status)
-	w.WriteFrame(guest.FrameExit, ctlStream, guest.EncodeExit(guest.ExecResult{ExitCode: code, Signal: sig}))
-	return 0
+	r.w.WriteFrame(guest.FrameExit, id, guest.EncodeExit(guest.ExecResult{ExitCode: code, Signal: sig}))
 }
 
 // exitStatus is the shell's view of a wait status.

@@ -68,6 +68,7 @@ func (s *session) serve(ctx context.Context, br *bufio.Reader) error {
 
 func (s *session) send(t guest.FrameType, id uint32, payload []byte) {
 	if err := s.w.WriteFrame(t, id, payload); err != nil {
+		s.g.log.Warn("writing to the daemon", "error", err)
 		s.nc.Close()
 	}
 }
