@@ -67,6 +67,13 @@ var routes = []route{
 	{"POST", "/v1/workspaces/{id}/files/mkdir", (*Server).mkdir},
 	{"POST", "/v1/workspaces/{id}/files/rename", (*Server).rename},
 	{"POST", "/v1/workspaces/{id}/files/grep", (*Server).grep},
+	{"POST", "/v1/sandboxes", (*Server).createSandbox},
+	{"GET", "/v1/sandboxes", (*Server).listSandboxes},
+	{"GET", "/v1/sandboxes/{id}", (*Server).getSandbox},
+	{"POST", "/v1/sandboxes/{id}/stop", (*Server).stopSandbox},
+	{"DELETE", "/v1/sandboxes/{id}", (*Server).removeSandbox},
+	{"POST", "/v1/sandboxes/{id}/exec", (*Server).exec},
+	{"POST", "/v1/workspaces/{id}/exec", (*Server).exec},
 	{"GET", "/v1/events", (*Server).events},
 }
 

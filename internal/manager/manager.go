@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/ids"
 	"github.com/agentbox/agentbox/internal/repocache"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
@@ -49,6 +50,17 @@ type Config struct {
 	MaxDiffBytes int64
 	// Logger is the daemon's logger.
 	Logger *slog.Logger
+
+	// Backends are the execution backends by name.
+	Backends map[string]sandbox.Backend
+	// DefaultBackend and DefaultImage complete a sandbox spec that names
+	// neither.
+	DefaultBackend, DefaultImage string
+	// GuestBinary is the host path of the static agentbox-guest binary.
+	GuestBinary string
+	// GuestConnectTimeout bounds the wait for a new sandbox's guest to
+	// connect (default 30s).
+	GuestConnectTimeout time.Duration
 }
 
 // Manager is the lifecycle owner. Its methods are safe for concurrent use.
@@ -61,6 +73,9 @@ type Manager struct {
 	wsDir   string
 	locksMu sync.Mutex
 	locks   map[string]*sync.RWMutex
+	// live holds the guest connections of running sandboxes, by ID.
+	liveMu sync.Mutex
+	live   map[string]*live
 	// attachMu makes checking and making a mount one step, so that two
 	// operations never stack two overlays on one workspace and a removal
 	// never races a re-mount.
@@ -80,7 +95,7 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	if cfg.Author.Name == "" {
 		cfg.Author = workspace.Author{Name: "agentbox", Email: "agentbox@localhost"}
 	}
-	m := &Manager{cfg: cfg, st: st, log: cfg.Logger, wsDir: filepath.Join(cfg.DataDir, "workspaces"), locks: map[string]*sync.RWMutex{}}
+	m := &Manager{cfg: cfg, st: st, log: cfg.Logger, wsDir: filepath.Join(cfg.DataDir, "workspaces"), locks: map[string]*sync.RWMutex{}, live: map[string]*live{}}
 	if err := os.MkdirAll(m.wsDir, 0o711); err != nil {
 		return nil, err
 	}
@@ -113,6 +128,7 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	if err := m.Recover(ctx); err != nil {
 		return nil, err
 	}
+	m.recoverSandboxes(ctx)
 	return m, nil
 }
 
@@ -419,6 +435,10 @@ func (m *Manager) RemoveWorkspace(ctx context.Context, id string) error {
 }
 
 func (m *Manager) finishRemove(ctx context.Context, w store.Workspace) error {
+	// Sandboxes first: none may keep running on files that are going away.
+	if err := m.removeWorkspaceSandboxes(ctx, w.ID); err != nil {
+		return fmt.Errorf("removing workspace %s: %w", w.ID, err)
+	}
 	if w.State != store.WorkspaceRemoving {
 		w.State = store.WorkspaceRemoving
 		w.UpdatedAt = time.Now().UTC()

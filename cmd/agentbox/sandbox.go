@@ -1,0 +1,221 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+func (c *cli) sandboxCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "sandbox", Aliases: []string{"sb"}, Short: "Disposable execution environments on workspaces"}
+	cmd.AddCommand(c.sandboxCreateCmd(), c.sandboxLsCmd(), c.sandboxShowCmd(), c.sandboxStopCmd(), c.sandboxRmCmd())
+	return cmd
+}
+
+// parseSize reads 512M, 2G, 1048576.
+func parseSize(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := int64(1)
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		mult = 1 << 10
+	case "M":
+		mult = 1 << 20
+	case "G":
+		mult = 1 << 30
+	}
+	num := s
+	if mult > 1 {
+		num = s[:len(s)-1]
+	}
+	var n int64
+	if _, err := fmt.Sscanf(num, "%d", &n); err != nil || n < 0 || fmt.Sprint(n) != num {
+		return 0, errdefs.Invalid("size %q is not a number with an optional K, M or G", s)
+	}
+	return n * mult, nil
+}
+
+func (c *cli) sandboxCreateCmd() *cobra.Command {
+	var req client.CreateSandbox
+	var memory, tmp string
+	cmd := &cobra.Command{
+		Use:   "create --ws WS [--backend docker|gvisor|local] [--image IMG] [--cpus N] [--memory SIZE] [--pids N]",
+		Short: "Start a sandbox with the workspace mounted at /workspace",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if req.Limits.MemoryBytes, err = parseSize(memory); err != nil {
+				return err
+			}
+			if req.Limits.TmpBytes, err = parseSize(tmp); err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.CreateSandbox(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return c.emit(sb, func(w io.Writer) {
+				fmt.Fprintf(w, "created %s on %s (%s, %s)\n", sb.ID, sb.WorkspaceID, sb.Backend, sb.Image)
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&req.Workspace, "ws", "", "workspace ID (required)")
+	fl.StringVar(&req.Backend, "backend", "", "docker, gvisor or local (default: the daemon's)")
+	fl.StringVar(&req.Image, "image", "", "image (default: the daemon's)")
+	fl.Float64Var(&req.Limits.CPUs, "cpus", 0, "CPU quota in cores")
+	fl.StringVar(&memory, "memory", "", "memory limit, e.g. 512M or 2G (no swap)")
+	fl.Int64Var(&req.Limits.Pids, "pids", 0, "process limit")
+	fl.StringVar(&tmp, "tmp", "", "/tmp size, e.g. 256M")
+	fl.StringVar(&req.Lifetime, "timeout", "", "stop the sandbox after this long, e.g. 2h")
+	cmd.MarkFlagRequired("ws")
+	return cmd
+}
+
+func (c *cli) sandboxLsCmd() *cobra.Command {
+	var ws string
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List sandboxes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			sbs, err := cl.ListSandboxes(cmd.Context(), ws)
+			if err != nil {
+				return err
+			}
+			return c.emit(map[string]any{"sandboxes": sbs}, func(w io.Writer) {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tWORKSPACE\tBACKEND\tIMAGE\tSTATE\tLAST ACTIVITY")
+				for _, sb := range sbs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.WorkspaceID, sb.Backend, sb.Image, sb.State, sb.LastActivityAt.Local().Format(time.DateTime))
+				}
+				tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&ws, "ws", "", "only sandboxes of this workspace")
+	return cmd
+}
+
+func (c *cli) sandboxShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show SANDBOX",
+		Short: "Show a sandbox",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.GetSandbox(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.emit(sb, func(w io.Writer) {
+				fmt.Fprintf(w, "id\t%s\nworkspace\t%s\nbackend\t%s (%s)\nimage\t%s\nstate\t%s\nspec\t%s\n", sb.ID, sb.WorkspaceID, sb.Backend, sb.BackendRef, sb.Image, sb.State, sb.Spec)
+			})
+		},
+	}
+}
+
+func (c *cli) sandboxStopCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stop SANDBOX",
+		Short: "Stop a sandbox (the workspace stays; the next exec starts a new one)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.StopSandbox(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.emit(sb, func(w io.Writer) { fmt.Fprintf(w, "stopped %s\n", sb.ID) })
+		},
+	}
+}
+
+func (c *cli) sandboxRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm SANDBOX",
+		Short: "Remove a sandbox",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			if err := cl.RemoveSandbox(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			return c.emit(map[string]any{"id": args[0], "removed": true}, func(w io.Writer) { fmt.Fprintf(w, "removed %s\n", args[0]) })
+		},
+	}
+}
+
+func (c *cli) execCmd() *cobra.Command {
+	var req client.Exec
+	cmd := &cobra.Command{
+		Use:   "exec WS|SANDBOX [--timeout DUR] [--env K=V]... [--workdir DIR] -- CMD ARGS...",
+		Short: "Run a command in a workspace's sandbox; exits with the command's status",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Argv = args[1:]
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var stdout, stderr io.Writer = c.stdout, c.stderr
+			if c.json {
+				stdout, stderr = io.Discard, io.Discard
+			}
+			res, err := cl.Exec(cmd.Context(), args[0], req, stdout, stderr)
+			if err != nil {
+				return err
+			}
+			if c.json {
+				if err := c.emit(map[string]any{"id": res.ExecID, "result": res}, nil); err != nil {
+					return err
+				}
+			} else if res.Replaced {
+				fmt.Fprintf(c.stderr, "agentbox: the workspace's sandbox was gone; ran in a new one (%s)\n", res.SandboxID)
+			}
+			switch {
+			case res.Lost:
+				fmt.Fprintf(c.stderr, "agentbox: the sandbox died during the command (exec %s lost)\n", res.ExecID)
+				return exitError{code: 255}
+			case res.TimedOut:
+				fmt.Fprintf(c.stderr, "agentbox: command timed out after %s; its process tree was killed\n", req.Timeout)
+				return exitError{code: 124}
+			case res.ExitCode != 0:
+				return exitError{code: res.ExitCode}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&req.Timeout, "timeout", "", "kill the command's whole process tree after this long, e.g. 30s")
+	fl.StringArrayVar(&req.Env, "env", nil, "KEY=VALUE (repeatable); nothing else is inherited")
+	fl.StringVar(&req.Workdir, "workdir", "", "working directory (default /workspace)")
+	fl.Int64Var(&req.MaxOutputBytes, "max-output", 0, "cap stdout and stderr each at this many bytes")
+	return cmd
+}

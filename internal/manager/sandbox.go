@@ -1,0 +1,444 @@
+package manager
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// KeySandbox is the log key of sandbox IDs.
+const KeySandbox = "sandbox_id"
+
+// live is the daemon's side of a running sandbox: the socket its guest
+// dialed and the connection on it.
+type live struct {
+	ln   *guest.Listener
+	conn *guest.Conn
+}
+
+func (l *live) alive() bool {
+	select {
+	case <-l.conn.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+func (l *live) close() {
+	l.conn.Close()
+	l.ln.Close()
+}
+
+func (m *Manager) sandboxDir(id string) string { return filepath.Join(m.cfg.DataDir, "sandboxes", id) }
+
+func (m *Manager) backend(name string) (sandbox.Backend, error) {
+	if b, ok := m.cfg.Backends[name]; ok {
+		return b, nil
+	}
+	known := make([]string, 0, len(m.cfg.Backends))
+	for k := range m.cfg.Backends {
+		known = append(known, k)
+	}
+	return nil, sandbox.ErrNoBackend(name, known)
+}
+
+// specFor completes a caller's spec with the daemon's defaults.
+func (m *Manager) specFor(spec sandbox.Spec) (sandbox.Spec, error) {
+	if spec.Backend == "" {
+		spec.Backend = m.cfg.DefaultBackend
+	}
+	if spec.Image == "" {
+		spec.Image = m.cfg.DefaultImage
+	}
+	spec = spec.WithDefaults()
+	if err := spec.Validate(); err != nil {
+		return spec, err
+	}
+	_, err := m.backend(spec.Backend)
+	return spec, err
+}
+
+// CreateSandbox starts a sandbox for workspace wsID. A workspace has at
+// most one running sandbox.
+func (m *Manager) CreateSandbox(ctx context.Context, wsID string, spec sandbox.Spec) (store.Sandbox, error) {
+	w, _, err := m.ready(ctx, wsID)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if spec, err = m.specFor(spec); err != nil {
+		return store.Sandbox{}, err
+	}
+	l := m.lock("sb:" + wsID)
+	l.Lock()
+	defer l.Unlock()
+	if cur, ok := m.current(ctx, wsID); ok {
+		return cur, fmt.Errorf("workspace %s already has sandbox %s: %w", wsID, cur.ID, errdefs.ErrConflict)
+	}
+	return m.startSandbox(ctx, w, spec, "")
+}
+
+// current returns the workspace's running sandbox whose guest is connected.
+func (m *Manager) current(ctx context.Context, wsID string) (store.Sandbox, bool) {
+	sbs, err := m.st.ListSandboxes(ctx, store.SandboxFilter{WorkspaceID: wsID, State: string(sandbox.StateRunning)})
+	if err != nil {
+		return store.Sandbox{}, false
+	}
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	for _, sb := range sbs {
+		if lv, ok := m.live[sb.ID]; ok && lv.alive() {
+			return sb, true
+		}
+	}
+	return store.Sandbox{}, false
+}
+
+func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sandbox.Spec, replaces string) (store.Sandbox, error) {
+	be, err := m.backend(spec.Backend)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if m.cfg.GuestBinary == "" {
+		return store.Sandbox{}, fmt.Errorf("no agentbox-guest binary configured: %w", errdefs.ErrUnavailable)
+	}
+	token, err := guest.NewToken()
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	specJSON, _ := json.Marshal(spec)
+	sum := sha256.Sum256([]byte(token))
+	now := time.Now().UTC()
+	sb := store.Sandbox{ID: ids.New("sb"), WorkspaceID: w.ID, Backend: spec.Backend, Image: spec.Image, Spec: string(specJSON),
+		State: string(sandbox.StateCreating), TokenHash: hex.EncodeToString(sum[:]), Replaces: replaces,
+		CreatedAt: now, UpdatedAt: now, LastActivityAt: now}
+	dir := m.sandboxDir(sb.ID)
+	runDir := filepath.Join(dir, "run")
+
+	var undo cleanup
+	defer undo.run()
+	bg := context.WithoutCancel(ctx)
+	if err := m.st.CreateSandbox(ctx, sb); err != nil {
+		return sb, err
+	}
+	undo.add(func() { m.st.DeleteSandbox(bg, sb.ID) })
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		return sb, fmt.Errorf("sandbox %s: %w", sb.ID, err)
+	}
+	undo.add(func() { os.RemoveAll(dir) })
+	// The guest runs as the sandbox user: it must reach the socket.
+	if m.cfg.UID >= 0 {
+		if err := os.Chown(runDir, m.cfg.UID, m.cfg.GID); err != nil {
+			return sb, err
+		}
+	}
+	if err := m.step("sandbox-listen"); err != nil {
+		return sb, err
+	}
+	ln, err := guest.Listen(filepath.Join(runDir, "agentbox.sock"), token, guest.ListenOptions{Logger: m.log.With(KeySandbox, sb.ID)})
+	if err != nil {
+		return sb, fmt.Errorf("sandbox %s: %w", sb.ID, err)
+	}
+	undo.add(func() { ln.Close() })
+	if err := m.step("sandbox-backend"); err != nil {
+		return sb, err
+	}
+	info, err := be.Create(ctx, sandbox.CreateRequest{
+		ID: sb.ID, WorkspaceID: w.ID, Files: m.FilesPath(w), RunDir: runDir,
+		Guest: m.cfg.GuestBinary, GuestEnv: []string{guest.TokenEnv + "=" + token},
+		UID: m.cfg.UID, GID: m.cfg.GID, Spec: spec,
+	})
+	if err != nil {
+		return sb, fmt.Errorf("creating sandbox %s on %s: %w", sb.ID, spec.Backend, err)
+	}
+	undo.add(func() { be.Remove(bg, info.Ref) })
+	if err := m.step("sandbox-guest"); err != nil {
+		return sb, err
+	}
+	timeout := m.cfg.GuestConnectTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	conn, err := ln.Accept(actx)
+	cancel()
+	if err != nil {
+		why := "the guest did not connect"
+		if in, ierr := be.Inspect(bg, info.Ref); ierr == nil && in.State != sandbox.StateRunning {
+			why = "the environment stopped before its guest connected"
+		}
+		return sb, fmt.Errorf("sandbox %s on %s: %s within %s: %w", sb.ID, spec.Backend, why, timeout, errdefs.ErrUnavailable)
+	}
+	sb.State, sb.BackendRef, sb.UpdatedAt = string(sandbox.StateRunning), info.Ref, time.Now().UTC()
+	if err := m.st.UpdateSandbox(ctx, sb); err != nil {
+		conn.Close()
+		return sb, err
+	}
+	undo.release()
+	m.liveMu.Lock()
+	m.live[sb.ID] = &live{ln: ln, conn: conn}
+	m.liveMu.Unlock()
+	m.event(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID},
+		map[string]any{"backend": spec.Backend, "image": spec.Image, "ref": info.Ref, "replaces": replaces})
+	m.log.InfoContext(ctx, "sandbox created", KeySandbox, sb.ID, KeyWorkspace, w.ID, "backend", spec.Backend)
+	return sb, nil
+}
+
+// GetSandbox returns a sandbox record.
+func (m *Manager) GetSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	if strings.TrimSpace(id) == "" {
+		return store.Sandbox{}, errdefs.Invalid("sandbox ID is empty")
+	}
+	return m.st.GetSandbox(ctx, id)
+}
+
+// ListSandboxes lists sandboxes, optionally of one workspace.
+func (m *Manager) ListSandboxes(ctx context.Context, wsID string) ([]store.Sandbox, error) {
+	return m.st.ListSandboxes(ctx, store.SandboxFilter{WorkspaceID: wsID})
+}
+
+// dropLive forgets and closes the daemon's side of a sandbox.
+func (m *Manager) dropLive(id string) {
+	m.liveMu.Lock()
+	lv, ok := m.live[id]
+	delete(m.live, id)
+	m.liveMu.Unlock()
+	if ok {
+		lv.close()
+	}
+}
+
+// StopSandbox ends a sandbox's environment; its record stays (stopped).
+// The next exec on its workspace starts a new one.
+func (m *Manager) StopSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := m.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	l := m.lock("sb:" + sb.WorkspaceID)
+	l.Lock()
+	defer l.Unlock()
+	if err := m.teardown(ctx, &sb, sandbox.StateStopped); err != nil {
+		return sb, err
+	}
+	m.event(ctx, store.Event{Type: "sandbox.stopped", WorkspaceID: sb.WorkspaceID, SandboxID: sb.ID}, nil)
+	return sb, nil
+}
+
+// teardown removes the environment and the run directory and sets state.
+func (m *Manager) teardown(ctx context.Context, sb *store.Sandbox, state sandbox.State) error {
+	m.dropLive(sb.ID)
+	if sb.BackendRef != "" {
+		if be, err := m.backend(sb.Backend); err == nil {
+			if err := be.Remove(ctx, sb.BackendRef); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return fmt.Errorf("removing sandbox %s: %w", sb.ID, err)
+			}
+		}
+	}
+	os.RemoveAll(m.sandboxDir(sb.ID))
+	sb.State, sb.UpdatedAt = string(state), time.Now().UTC()
+	return m.st.UpdateSandbox(ctx, *sb)
+}
+
+// RemoveSandbox ends a sandbox and deletes its record.
+func (m *Manager) RemoveSandbox(ctx context.Context, id string) error {
+	sb, err := m.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	l := m.lock("sb:" + sb.WorkspaceID)
+	l.Lock()
+	defer l.Unlock()
+	return m.removeSandboxLocked(ctx, sb)
+}
+
+func (m *Manager) removeSandboxLocked(ctx context.Context, sb store.Sandbox) error {
+	if err := m.teardown(ctx, &sb, sandbox.StateStopped); err != nil {
+		return err
+	}
+	if err := m.st.DeleteSandbox(ctx, sb.ID); err != nil {
+		return err
+	}
+	m.event(ctx, store.Event{Type: "sandbox.removed", WorkspaceID: sb.WorkspaceID, SandboxID: sb.ID}, nil)
+	return nil
+}
+
+// removeWorkspaceSandboxes deletes every sandbox of a workspace (before the
+// workspace itself goes).
+func (m *Manager) removeWorkspaceSandboxes(ctx context.Context, wsID string) error {
+	sbs, err := m.st.ListSandboxes(ctx, store.SandboxFilter{WorkspaceID: wsID})
+	if err != nil {
+		return err
+	}
+	l := m.lock("sb:" + wsID)
+	l.Lock()
+	defer l.Unlock()
+	for _, sb := range sbs {
+		if err := m.removeSandboxLocked(ctx, sb); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// ExecOutcome is the result of an exec and where it ran.
+type ExecOutcome struct {
+	guest.ExecResult
+	// ExecID is the exec's record.
+	ExecID string `json:"exec_id"`
+	// SandboxID is the sandbox it ran in.
+	SandboxID string `json:"sandbox_id"`
+	// Replaced says the workspace's sandbox was gone and a new one was
+	// started with its last spec to run this command.
+	Replaced bool `json:"replaced"`
+}
+
+// Exec runs a command in the sandbox of target (a workspace or sandbox
+// ID). When that sandbox is gone (removed from outside, crashed, stopped,
+// or the daemon restarted), a new one with the same spec is started and
+// the outcome says Replaced; the workspace is untouched.
+func (m *Manager) Exec(ctx context.Context, target string, req guest.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (ExecOutcome, error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return ExecOutcome{}, errdefs.Invalid("exec: the command is empty")
+	}
+	wsID := target
+	if ids.HasPrefix(target, "sb") {
+		sb, err := m.GetSandbox(ctx, target)
+		if err != nil {
+			return ExecOutcome{}, err
+		}
+		wsID = sb.WorkspaceID
+	}
+	sb, lv, replaced, err := m.ensureSandbox(ctx, wsID)
+	if err != nil {
+		return ExecOutcome{}, err
+	}
+	argv, _ := json.Marshal(req.Argv)
+	rec := store.Exec{ID: ids.New("ex"), SandboxID: sb.ID, WorkspaceID: wsID, Argv: string(argv), State: store.ExecRunning, StartedAt: time.Now().UTC()}
+	if err := m.st.CreateExec(ctx, rec); err != nil {
+		return ExecOutcome{}, err
+	}
+	res, err := lv.conn.Exec(ctx, req, stdin, stdout, stderr)
+	out := ExecOutcome{ExecResult: res, ExecID: rec.ID, SandboxID: sb.ID, Replaced: replaced}
+	bg := context.WithoutCancel(ctx)
+	rec.ExitCode, rec.Signal, rec.TimedOut = res.ExitCode, res.Signal, res.TimedOut
+	rec.StdoutBytes, rec.StderrBytes, rec.FinishedAt = res.StdoutBytes, res.StderrBytes, time.Now().UTC()
+	switch {
+	case err != nil:
+		rec.State = store.ExecKilled
+	case res.Lost:
+		rec.State = store.ExecLost
+	case res.TimedOut:
+		rec.State = store.ExecTimedOut
+	case res.Canceled:
+		rec.State = store.ExecKilled
+	default:
+		rec.State = store.ExecExited
+	}
+	m.st.FinishExec(bg, rec)
+	sb.LastActivityAt = rec.FinishedAt
+	if res.Lost {
+		m.markLost(bg, sb, "connection to the guest lost during exec "+rec.ID)
+	} else {
+		m.st.UpdateSandbox(bg, sb)
+	}
+	if err != nil {
+		return out, fmt.Errorf("exec in sandbox %s: %w", sb.ID, err)
+	}
+	return out, nil
+}
+
+// ensureSandbox returns the workspace's live sandbox, replacing it when it
+// is gone.
+func (m *Manager) ensureSandbox(ctx context.Context, wsID string) (store.Sandbox, *live, bool, error) {
+	w, _, err := m.ready(ctx, wsID)
+	if err != nil {
+		return store.Sandbox{}, nil, false, err
+	}
+	l := m.lock("sb:" + wsID)
+	l.Lock()
+	defer l.Unlock()
+	sbs, err := m.st.ListSandboxes(ctx, store.SandboxFilter{WorkspaceID: wsID})
+	if err != nil {
+		return store.Sandbox{}, nil, false, err
+	}
+	var last *store.Sandbox
+	for i := range sbs {
+		sb := sbs[i]
+		last = &sbs[i]
+		if sb.State != string(sandbox.StateRunning) {
+			continue
+		}
+		m.liveMu.Lock()
+		lv, ok := m.live[sb.ID]
+		m.liveMu.Unlock()
+		if ok && lv.alive() {
+			return sb, lv, false, nil
+		}
+		m.markLost(ctx, sb, "guest connection gone")
+	}
+	var spec sandbox.Spec
+	replaces := ""
+	if last != nil {
+		if err := json.Unmarshal([]byte(last.Spec), &spec); err != nil {
+			return store.Sandbox{}, nil, false, fmt.Errorf("sandbox %s: reading its spec: %w", last.ID, err)
+		}
+		replaces = last.ID
+	}
+	if spec, err = m.specFor(spec); err != nil {
+		return store.Sandbox{}, nil, false, err
+	}
+	sb, err := m.startSandbox(ctx, w, spec, replaces)
+	if err != nil {
+		return sb, nil, false, err
+	}
+	m.liveMu.Lock()
+	lv := m.live[sb.ID]
+	m.liveMu.Unlock()
+	return sb, lv, replaces != "", nil
+}
+
+// markLost records that a sandbox's environment is gone (or unreachable)
+// and removes what is left of it.
+func (m *Manager) markLost(ctx context.Context, sb store.Sandbox, why string) {
+	if err := m.teardown(ctx, &sb, sandbox.StateLost); err != nil {
+		m.log.WarnContext(ctx, "tearing down a lost sandbox", KeySandbox, sb.ID, "err", err)
+	}
+	m.event(ctx, store.Event{Actor: "daemon", Type: "sandbox.lost", WorkspaceID: sb.WorkspaceID, SandboxID: sb.ID}, map[string]any{"reason": why})
+}
+
+// recoverSandboxes runs at start: no guest is connected to a new daemon,
+// so every sandbox a previous run left is torn down and marked lost (or,
+// if it was still being created, deleted). The next exec on its workspace
+// starts a new one; the workspace itself is untouched.
+func (m *Manager) recoverSandboxes(ctx context.Context) {
+	sbs, err := m.st.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		m.log.ErrorContext(ctx, "listing sandboxes at start", "err", err)
+		return
+	}
+	for _, sb := range sbs {
+		switch sandbox.State(sb.State) {
+		case sandbox.StateCreating:
+			m.teardown(ctx, &sb, sandbox.StateLost)
+			m.st.DeleteSandbox(ctx, sb.ID)
+			m.event(ctx, store.Event{Actor: "daemon", Type: "sandbox.rolled_back", WorkspaceID: sb.WorkspaceID, SandboxID: sb.ID}, nil)
+		case sandbox.StateRunning:
+			m.markLost(ctx, sb, "daemon restarted")
+		}
+	}
+}
