@@ -186,34 +186,71 @@ func exerciseSandbox(t *testing.T, sb *sandbox) {
 			t.Errorf("got %+v and %d bytes", res, len(out))
 		}
 	})
-	t.Run("latency", func(t *testing.T) {
-		const n = 200
-		times := make([]time.Duration, n)
-		for i := range n {
+}
+
+// TestExecLatency measures the exec round trip of a trivial command
+// through the guest in each kind of sandbox, next to docker exec on the
+// same container and a bare fork+exec on the host. It runs alone (not in
+// parallel), one sandbox at a time, and prints medians with -v; it asserts
+// nothing about speed.
+func TestExecLatency(t *testing.T) {
+	rootfs := buildRootfs(t)
+	t.Cleanup(func() { removeTestContainers(t) })
+	const n, m = 200, 20
+	// busybox is the same static binary on the host and in the sandboxes.
+	trueArgv := []string{"/bin/busybox", "true"}
+	timeIt := func(t *testing.T, count int, f func() error) time.Duration {
+		times := make([]time.Duration, count)
+		for i := range count {
 			start := time.Now()
-			res, err := c.Exec(t.Context(), ExecRequest{Argv: []string{"/bin/true"}, Dir: "/"}, nil, nil, nil)
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
 			times[i] = time.Since(start)
-			if err != nil || res.ExitCode != 0 {
-				t.Fatalf("true: %v %+v", err, res)
-			}
 		}
-		guestMedian := median(times)
-		msg := fmt.Sprintf("%-15s exec round trip of true through the guest: median %s over %d (min %s)", sb.name, guestMedian.Round(time.Microsecond), n, slices.Min(times).Round(time.Microsecond))
+		return median(times)
+	}
+	var report []string
+	measure := func(t *testing.T, sb *sandbox) {
+		d := timeIt(t, n, func() error {
+			res, err := sb.conn.Exec(t.Context(), ExecRequest{Argv: trueArgv, Dir: "/"}, nil, nil, nil)
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("true: %+v", res)
+			}
+			return err
+		})
+		line := fmt.Sprintf("%-15s guest exec %8s", sb.name, d.Round(time.Microsecond))
 		if sb.id != "" {
-			const m = 20
-			times := make([]time.Duration, m)
-			for i := range m {
-				start := time.Now()
-				if out, err := exec.Command("docker", "exec", sb.id, "true").CombinedOutput(); err != nil {
-					t.Fatalf("docker exec: %v %s", err, out)
+			de := timeIt(t, m, func() error {
+				out, err := exec.Command("docker", append([]string{"exec", sb.id}, trueArgv...)...).CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("docker exec: %v %s", err, out)
 				}
-				times[i] = time.Since(start)
-			}
-			d := median(times)
-			msg += fmt.Sprintf("; docker exec true: median %s over %d; ratio %.0fx", d.Round(time.Microsecond), m, float64(d)/float64(guestMedian))
+				return nil
+			})
+			line += fmt.Sprintf("   docker exec %8s   ratio %3.0fx", de.Round(time.Microsecond), float64(de)/float64(d))
 		}
-		t.Log(msg)
+		report = append(report, line)
+	}
+	t.Run("fork", func(t *testing.T) {
+		d := timeIt(t, n, func() error { return exec.Command(trueArgv[0], trueArgv[1:]...).Run() })
+		report = append(report, fmt.Sprintf("%-15s fork+exec  %8s", "host (no guest)", d.Round(time.Microsecond)))
 	})
+	t.Run("host", func(t *testing.T) {
+		g := startHostGuest(t)
+		measure(t, &sandbox{name: "host", conn: g.conn})
+	})
+	for _, rt := range []string{"runc", "runsc"} {
+		t.Run(rt, func(t *testing.T) {
+			requireDocker(t)
+			requireRuntime(t, rt)
+			ensureImage(t, rootfs)
+			measure(t, startContainer(t, rt))
+		})
+	}
+	t.Run("bwrap", func(t *testing.T) { measure(t, startBwrap(t, rootfs, false)) })
+	t.Run("bwrap-as-pid-1", func(t *testing.T) { measure(t, startBwrap(t, rootfs, true)) })
+	t.Logf("exec round trip of %q, medians (guest n=%d, docker exec n=%d):\n%s", strings.Join(trueArgv, " "), n, m, strings.Join(report, "\n"))
 }
 
 // busyboxHostileScript is hostileScript for busybox, without the marked

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // guestBin is the agentbox-guest binary built for the tests that run it.
@@ -39,5 +41,14 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	os.Setenv(canaryEnv, canaryValue)
-	return m.Run()
+	code := m.Run()
+	// Every connection, command and listener a test made is closed by
+	// now: none of their goroutines may be left.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "leaked goroutines: %v\n", err)
+			return 1
+		}
+	}
+	return code
 }

@@ -385,15 +385,15 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 	return res, nil
 }
 
-// pump sends one output channel to the daemon within its credit, up to the
-// cap; past the cap it appends the marker and keeps reading and dropping,
-// so that the command never blocks on a full pipe because of the cap.
 // outStream is a command's output: a pipe, or a terminal's master.
 type outStream interface {
 	io.ReadCloser
 	SetReadDeadline(time.Time) error
 }
 
+// pump sends one output channel to the daemon within its credit, up to the
+// cap; past the cap it appends the marker and keeps reading and dropping,
+// so that the command never blocks on a full pipe because of the cap.
 func (st *execStream) pump(i int, f outStream) pumpResult {
 	credit := st.credit[i]
 	ft := guest.FrameStdout + guest.FrameType(i)
