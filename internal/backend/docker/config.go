@@ -1,0 +1,119 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Guest log limits: the guest writes a few lines to stderr, which is all
+// the container log holds (commands' output goes over the socket).
+const (
+	logMaxSize  = "1m"
+	logMaxFiles = "1"
+)
+
+// containerConfig is the container of one sandbox. workspace is the host
+// path bind-mounted at /workspace (req.Files, or a nosuid,nodev bind of it).
+func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, workspace string) (*container.Config, *container.HostConfig) {
+	l := spec.Limits
+	stop := int(b.stopTimeout.Seconds() + 0.999)
+	pids := l.Pids
+	noInit := false
+	cfg := &container.Config{
+		Hostname: req.ID,
+		User:     strconv.Itoa(req.UID) + ":" + strconv.Itoa(req.GID),
+		// Only what the guest needs: the image adds its own ENV (PATH) and
+		// the engine HOSTNAME and HOME; commands get none of it, since the
+		// guest gives each exactly the environment its request names.
+		Env:        append([]string{}, req.GuestEnv...),
+		Entrypoint: []string{sandbox.GuestPath},
+		Cmd:        append([]string{}, req.GuestArgs...),
+		Image:      spec.Image,
+		WorkingDir: "/",
+		Labels: map[string]string{
+			sandbox.LabelManaged:   "1",
+			sandbox.LabelSandbox:   req.ID,
+			sandbox.LabelWorkspace: req.WorkspaceID,
+			LabelBackend:           b.name,
+		},
+		StopSignal:  "SIGTERM",
+		StopTimeout: &stop,
+	}
+	private := &mount.BindOptions{Propagation: mount.PropagationRPrivate}
+	host := &container.HostConfig{
+		Runtime:     b.runtime,
+		NetworkMode: "none",
+		// Private namespaces for everything; the guest is init.
+		IpcMode:      container.IPCModePrivate,
+		CgroupnsMode: container.CgroupnsModePrivate,
+		Init:         &noInit,
+		CapDrop:      []string{"ALL"},
+		// Docker's default seccomp profile stays: no seccomp= option here.
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		// exec: the root is read-only and /workspace is executable anyway,
+		// and builds and test runners execute what they put in /tmp.
+		Tmpfs: map[string]string{
+			"/tmp": fmt.Sprintf("rw,nosuid,nodev,exec,size=%d,mode=1777", l.TmpBytes),
+		},
+		Mounts: []mount.Mount{
+			{Type: mount.TypeBind, Source: req.Guest, Target: sandbox.GuestPath, ReadOnly: true, BindOptions: private},
+			{Type: mount.TypeBind, Source: req.RunDir, Target: sandbox.RunDir, BindOptions: private},
+			{Type: mount.TypeBind, Source: workspace, Target: sandbox.WorkspaceDir, BindOptions: private},
+		},
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{
+			"max-size": logMaxSize, "max-file": logMaxFiles,
+		}},
+		Resources: container.Resources{
+			Memory:     l.MemoryBytes,
+			MemorySwap: l.MemoryBytes, // equal: no swap
+			NanoCPUs:   int64(l.CPUs * 1e9),
+			PidsLimit:  &pids,
+		},
+	}
+	return cfg, host
+}
+
+// engineErr classifies an error of an engine call.
+func engineErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case client.IsErrConnectionFailed(err), cerrdefs.IsUnavailable(err):
+		return fmt.Errorf("docker engine: %v: %w", err, errdefs.ErrUnavailable)
+	case cerrdefs.IsNotFound(err):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrNotFound)
+	case cerrdefs.IsInvalidArgument(err):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrInvalid)
+	case cerrdefs.IsConflict(err):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrConflict)
+	}
+	return fmt.Errorf("docker engine: %w", err)
+}
+
+// createErr classifies an error of ContainerCreate: the only thing create
+// looks up is the image, so not found means the image is missing.
+func createErr(image string, err error) error {
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("image %s not found in the engine (build it with agentbox image build): %w", image, errdefs.ErrInvalid)
+	}
+	if cerrdefs.IsConflict(err) {
+		return fmt.Errorf("a container for it exists already: %v: %w", err, errdefs.ErrConflict)
+	}
+	return fmt.Errorf("creating container: %w", engineErr(err))
+}
+
+func isNotFound(err error) bool { return err != nil && cerrdefs.IsNotFound(err) }

@@ -1,0 +1,476 @@
+// Package docker runs agentbox sandboxes as Docker containers. One package
+// serves two backends: "docker" (the runc runtime) and "gvisor" (the runsc
+// runtime through the same engine). Each sandbox is one container that runs
+// the agentbox guest as its init, as a non-root user with every capability
+// dropped, no-new-privileges, Docker's default seccomp profile, a read-only
+// root, a size-limited /tmp, no network, and pids, memory (no swap) and CPU
+// limits. The workspace is bind-mounted nosuid,nodev at /workspace and the
+// sandbox's run directory at /run/agentbox, where the guest dials the
+// daemon's socket.
+//
+// The engine is reached with github.com/moby/moby/client, negotiating the
+// API version (the engine here speaks 1.41). Nothing is ever pulled: an
+// image that is not in the engine is an error.
+//
+// Docker cannot put nosuid,nodev on a bind mount. A workspace that already
+// sits on such a mount (the overlay workspace driver mounts so) is bound as
+// is; for any other, Create makes a nosuid,nodev bind of it under
+// Options.MountDir (root only) and Remove takes it down.
+//
+// The gvisor backend, as measured with runsc 2022-12 on the ptrace
+// platform (the conformance suite records each point as a quirk):
+//   - the pids limit counts the sentry's host threads and stub processes,
+//     several per sandbox process: a limit of 512 admits about 50
+//     processes, and reaching it ends the whole sandbox (exit status 2);
+//   - exceeding the memory limit ends the whole sandbox (OOM-killed, 137),
+//     not just the process;
+//   - the mount table inside shows no nosuid or nodev (the workspace's
+//     host bind is nodev, and a device node there does not open);
+//   - /proc/self/status shows no NoNewPrivs line, and Seccomp 0: runsc
+//     applies the engine's seccomp profile only with --oci-seccomp (the
+//     capability sets, bounding set included, are empty as under runc).
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// errForeign marks a container that exists but is not one of this
+// backend's sandboxes: it is reported as not found, and never touched.
+var errForeign = errors.New("the container is not a sandbox of backend")
+
+// Backend names and the runtimes they use.
+const (
+	NameDocker   = "docker"
+	NameGVisor   = "gvisor"
+	RuntimeRunc  = "runc"
+	RuntimeRunsc = "runsc"
+)
+
+// LabelBackend names the backend that made a container, so that the docker
+// and gvisor backends, which share one engine, each list only their own.
+const LabelBackend = "agentbox.backend"
+
+// guestEnvPrefix is the only prefix a guest environment variable may have:
+// nothing else of the daemon's reaches a sandbox.
+const guestEnvPrefix = "AGENTBOX_GUEST_"
+
+// validID is what a sandbox id must look like to name a container, a host
+// and a directory.
+var validID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// Log keys.
+const (
+	logSandbox = "sandbox_id"
+	logBackend = "backend"
+)
+
+// Options configure a Backend.
+type Options struct {
+	// Runtime is the engine's OCI runtime: "runc" or "runsc".
+	Runtime string
+	// Name is the backend's name: "docker" or "gvisor".
+	Name string
+	// Host is the engine's address; empty means $DOCKER_HOST, or the
+	// default unix socket when that is unset.
+	Host string
+	// MountDir is a host directory, private to the daemon, where Create makes
+	// a nosuid,nodev bind of a workspace that does not already sit on a
+	// nosuid,nodev mount (Docker cannot set those flags on a bind). Default
+	// /run/agentbox/<Name>.
+	MountDir string
+	// StopTimeout is how long Stop waits after SIGTERM before SIGKILL.
+	// The guest exits at once on SIGTERM; default 5s.
+	StopTimeout time.Duration
+	// Logger receives rollback and cleanup warnings; nil discards them.
+	Logger *slog.Logger
+}
+
+// Backend is a sandbox.Backend (and sandbox.Pauser) on a Docker engine.
+type Backend struct {
+	name        string
+	runtime     string
+	mountDir    string
+	stopTimeout time.Duration
+	log         *slog.Logger
+	c           *client.Client
+
+	// creating holds the ids of sandboxes whose Create is under way, so that
+	// a sweep of workspace binds never takes one that has no container yet.
+	mu       sync.Mutex
+	creating map[string]bool
+}
+
+var (
+	_ sandbox.Backend = (*Backend)(nil)
+	_ sandbox.Pauser  = (*Backend)(nil)
+)
+
+// New returns a backend. It does not contact the engine: the first call
+// does, and reports an unreachable engine as errdefs.ErrUnavailable.
+func New(opts Options) (*Backend, error) {
+	switch {
+	case opts.Name != NameDocker && opts.Name != NameGVisor:
+		return nil, errdefs.Invalid("docker backend: name %q is not %q or %q", opts.Name, NameDocker, NameGVisor)
+	case opts.Runtime != RuntimeRunc && opts.Runtime != RuntimeRunsc:
+		return nil, errdefs.Invalid("docker backend %s: runtime %q is not %q or %q", opts.Name, opts.Runtime, RuntimeRunc, RuntimeRunsc)
+	case opts.StopTimeout < 0:
+		return nil, errdefs.Invalid("docker backend %s: negative stop timeout", opts.Name)
+	}
+	host := opts.Host
+	if host == "" {
+		host = os.Getenv("DOCKER_HOST")
+	}
+	if host == "" {
+		host = client.DefaultDockerHost
+	}
+	if u, err := client.ParseHostURL(host); err != nil || !slices.Contains([]string{"unix", "tcp", "http", "https"}, u.Scheme) {
+		return nil, errdefs.Invalid("docker backend %s: engine address %q is not unix://, tcp:// or http(s)://", opts.Name, host)
+	}
+	// API versions are negotiated on the first request (the client's
+	// default); WithAPIVersionNegotiation only says so.
+	c, err := client.New(client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, errdefs.Invalid("docker backend %s: engine address %q: %v", opts.Name, host, err)
+	}
+	if opts.MountDir == "" {
+		opts.MountDir = "/run/agentbox/" + opts.Name
+	}
+	if opts.StopTimeout == 0 {
+		opts.StopTimeout = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Backend{
+		name:        opts.Name,
+		runtime:     opts.Runtime,
+		mountDir:    opts.MountDir,
+		stopTimeout: opts.StopTimeout,
+		log:         opts.Logger.With(logBackend, opts.Name),
+		c:           c,
+		creating:    make(map[string]bool),
+	}, nil
+}
+
+// Close releases the engine client's idle connections.
+func (b *Backend) Close() error { return b.c.Close() }
+
+// Name is "docker" or "gvisor".
+func (b *Backend) Name() string { return b.name }
+
+// Runtime is the OCI runtime the backend's containers run under.
+func (b *Backend) Runtime() string { return b.runtime }
+
+// containerName is the container of sandbox id: one per sandbox, so that
+// the engine itself refuses a second.
+func containerName(id string) string { return "agentbox-" + id }
+
+// Create starts one container running the guest. Every step is undone when
+// a later one fails.
+func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sandbox.Info, err error) {
+	spec := req.Spec.WithDefaults()
+	if err := b.validate(req, spec); err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
+	}
+	if !b.beginCreate(req.ID) {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: another create of it is under way: %w", req.ID, errdefs.ErrConflict)
+	}
+	defer b.endCreate(req.ID)
+
+	var undo rollback
+	defer func() {
+		if err != nil {
+			undo.run(b.log.With(logSandbox, req.ID))
+		}
+	}()
+
+	src, release, err := b.workspaceSource(req.ID, req.Files)
+	if err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: workspace %s: %w", req.ID, req.Files, err)
+	}
+	undo.add("releasing the workspace bind", func(context.Context) error { return release() })
+
+	cfg, host := b.containerConfig(req, spec, src)
+	created, err := b.c.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name:       containerName(req.ID),
+		Config:     cfg,
+		HostConfig: host,
+	})
+	if err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, createErr(spec.Image, err))
+	}
+	id := created.ID
+	undo.add("removing container "+short(id), func(ctx context.Context) error {
+		_, err := b.c.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if isNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	if _, err := b.c.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: starting container %s: %w", req.ID, short(id), engineErr(err))
+	}
+	return sandbox.Info{ID: req.ID, Backend: b.name, Ref: id, State: sandbox.StateRunning, Labels: cfg.Labels}, nil
+}
+
+// validate checks what Create needs before anything is made.
+func (b *Backend) validate(req sandbox.CreateRequest, spec sandbox.Spec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if err := checkGuestEnv(req.GuestEnv); err != nil {
+		return err
+	}
+	switch {
+	case !validID.MatchString(req.ID):
+		return errdefs.Invalid("sandbox id %q is not usable as a container name and hostname", req.ID)
+	case req.WorkspaceID == "":
+		return errdefs.Invalid("no workspace id")
+	case req.UID <= 0 || req.GID <= 0:
+		return errdefs.Invalid("uid:gid %d:%d: sandboxes run as a non-root user and group", req.UID, req.GID)
+	case spec.Backend != "" && spec.Backend != b.name:
+		return errdefs.Invalid("spec asks for backend %q, this is %q", spec.Backend, b.name)
+	}
+	for _, p := range []struct{ what, path string }{{"workspace", req.Files}, {"run directory", req.RunDir}, {"guest", req.Guest}} {
+		if !strings.HasPrefix(p.path, "/") {
+			return errdefs.Invalid("%s path %q is not absolute", p.what, p.path)
+		}
+		fi, err := os.Stat(p.path)
+		if err != nil {
+			return errdefs.Invalid("%s: %v", p.what, err)
+		}
+		if wantDir := p.what != "guest"; fi.IsDir() != wantDir || (!wantDir && !fi.Mode().IsRegular()) {
+			return errdefs.Invalid("%s %s is not a %s", p.what, p.path, map[bool]string{true: "directory", false: "regular file"}[wantDir])
+		}
+	}
+	return nil
+}
+
+// checkGuestEnv checks that the guest's environment holds only guest
+// variables: nothing else of the daemon's may reach a sandbox.
+func checkGuestEnv(env []string) error {
+	if len(env) == 0 {
+		return errdefs.Invalid("no guest environment: the guest would start without its token")
+	}
+	for _, e := range env {
+		k, _, ok := strings.Cut(e, "=")
+		if !ok || !strings.HasPrefix(k, guestEnvPrefix) || strings.IndexByte(e, 0) >= 0 {
+			return errdefs.Invalid("guest environment entry %q is not %s*=value", k, guestEnvPrefix)
+		}
+	}
+	return nil
+}
+
+func (b *Backend) beginCreate(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.creating[id] {
+		return false
+	}
+	b.creating[id] = true
+	return true
+}
+
+func (b *Backend) endCreate(id string) {
+	b.mu.Lock()
+	delete(b.creating, id)
+	b.mu.Unlock()
+}
+
+func (b *Backend) isCreating(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.creating[id]
+}
+
+// Inspect reports on the container ref (an id or a name). A container that
+// is not this backend's is reported as not found.
+func (b *Backend) Inspect(ctx context.Context, ref string) (sandbox.Info, error) {
+	info, err := b.inspect(ctx, ref)
+	if err != nil {
+		return sandbox.Info{}, fmt.Errorf("inspecting sandbox container %s: %w", short(ref), err)
+	}
+	return info, nil
+}
+
+func (b *Backend) inspect(ctx context.Context, ref string) (sandbox.Info, error) {
+	if ref == "" {
+		return sandbox.Info{}, errdefs.Invalid("empty container reference")
+	}
+	res, err := b.c.ContainerInspect(ctx, ref, client.ContainerInspectOptions{})
+	if err != nil {
+		return sandbox.Info{}, engineErr(err)
+	}
+	ctr := res.Container
+	var labels map[string]string
+	if ctr.Config != nil {
+		labels = ctr.Config.Labels
+	}
+	if !b.owns(labels) {
+		return sandbox.Info{}, fmt.Errorf("%w %s: %w", errForeign, b.name, errdefs.ErrNotFound)
+	}
+	state := sandbox.StateStopped
+	if ctr.State != nil && (ctr.State.Running || ctr.State.Paused || ctr.State.Restarting) {
+		state = sandbox.StateRunning
+	}
+	return sandbox.Info{ID: labels[sandbox.LabelSandbox], Backend: b.name, Ref: ctr.ID, State: state, Labels: ownLabels(labels)}, nil
+}
+
+// owns says whether a container with these labels is one of this backend's.
+func (b *Backend) owns(labels map[string]string) bool {
+	return labels[sandbox.LabelManaged] == "1" && labels[LabelBackend] == b.name && labels[sandbox.LabelSandbox] != ""
+}
+
+// ownLabels keeps the agentbox labels of a container.
+func ownLabels(labels map[string]string) map[string]string {
+	out := make(map[string]string)
+	for _, k := range []string{sandbox.LabelManaged, sandbox.LabelSandbox, sandbox.LabelWorkspace, LabelBackend} {
+		if v, ok := labels[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// List returns this backend's containers carrying all the given labels,
+// running or not.
+func (b *Backend) List(ctx context.Context, labels map[string]string) ([]sandbox.Info, error) {
+	f := make(client.Filters).Add("label", sandbox.LabelManaged+"=1", LabelBackend+"="+b.name)
+	for k, v := range labels {
+		if k == "" || strings.ContainsRune(k, '=') {
+			return nil, errdefs.Invalid("listing sandboxes: label key %q", k)
+		}
+		f.Add("label", k+"="+v)
+	}
+	res, err := b.c.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s sandboxes: %w", b.name, engineErr(err))
+	}
+	out := []sandbox.Info{}
+	for _, s := range res.Items {
+		if !b.owns(s.Labels) {
+			continue
+		}
+		state := sandbox.StateStopped
+		switch s.State {
+		case "running", "paused", "restarting":
+			state = sandbox.StateRunning
+		}
+		out = append(out, sandbox.Info{ID: s.Labels[sandbox.LabelSandbox], Backend: b.name, Ref: s.ID, State: state, Labels: ownLabels(s.Labels)})
+	}
+	return out, nil
+}
+
+// Stop sends the guest SIGTERM (it kills every process and exits) and
+// SIGKILL after the stop timeout. Stopping a stopped container is not an
+// error.
+func (b *Backend) Stop(ctx context.Context, ref string) error {
+	info, err := b.inspect(ctx, ref)
+	if err != nil {
+		return fmt.Errorf("stopping sandbox container %s: %w", short(ref), err)
+	}
+	secs := int(math.Ceil(b.stopTimeout.Seconds()))
+	if _, err := b.c.ContainerStop(ctx, info.Ref, client.ContainerStopOptions{Timeout: &secs}); err != nil {
+		return fmt.Errorf("stopping sandbox %s (container %s): %w", info.ID, short(info.Ref), engineErr(err))
+	}
+	return nil
+}
+
+// Remove deletes the container (killing it if it runs) and the workspace
+// bind made for it. Removing what is already gone is not an error.
+func (b *Backend) Remove(ctx context.Context, ref string) error {
+	info, err := b.inspect(ctx, ref)
+	if errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errForeign) {
+		// Gone already, perhaps removed from outside: release any
+		// workspace bind whose container no longer exists.
+		if err := b.sweepBinds(ctx); err != nil {
+			b.log.Warn("sweeping workspace binds", "error", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("removing sandbox container %s: %w", short(ref), err)
+	}
+	_, err = b.c.ContainerRemove(ctx, info.Ref, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("removing sandbox %s (container %s): %w", info.ID, short(info.Ref), engineErr(err))
+	}
+	if err := b.releaseBind(info.ID); err != nil {
+		return fmt.Errorf("removing sandbox %s: %w", info.ID, err)
+	}
+	return nil
+}
+
+// Pause freezes every process of the sandbox.
+func (b *Backend) Pause(ctx context.Context, ref string) error {
+	info, err := b.inspect(ctx, ref)
+	if err != nil {
+		return fmt.Errorf("pausing sandbox container %s: %w", short(ref), err)
+	}
+	if _, err := b.c.ContainerPause(ctx, info.Ref, client.ContainerPauseOptions{}); err != nil {
+		return fmt.Errorf("pausing sandbox %s (container %s): %w", info.ID, short(info.Ref), engineErr(err))
+	}
+	return nil
+}
+
+// Resume thaws a paused sandbox.
+func (b *Backend) Resume(ctx context.Context, ref string) error {
+	info, err := b.inspect(ctx, ref)
+	if err != nil {
+		return fmt.Errorf("resuming sandbox container %s: %w", short(ref), err)
+	}
+	if _, err := b.c.ContainerUnpause(ctx, info.Ref, client.ContainerUnpauseOptions{}); err != nil {
+		return fmt.Errorf("resuming sandbox %s (container %s): %w", info.ID, short(info.Ref), engineErr(err))
+	}
+	return nil
+}
+
+// short abbreviates a container id for messages.
+func short(id string) string {
+	if len(id) > 12 && !strings.HasPrefix(id, "agentbox-") {
+		return id[:12]
+	}
+	return id
+}
+
+// rollback undoes the steps of a create in reverse order.
+type rollback struct {
+	steps []rollbackStep
+}
+
+type rollbackStep struct {
+	what string
+	fn   func(context.Context) error
+}
+
+func (r *rollback) add(what string, fn func(context.Context) error) {
+	r.steps = append(r.steps, rollbackStep{what, fn})
+}
+
+// run undoes every step, even when the create's context is cancelled:
+// leaving half a sandbox behind is worse than a late return.
+func (r *rollback) run(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := len(r.steps) - 1; i >= 0; i-- {
+		if err := r.steps[i].fn(ctx); err != nil {
+			log.Warn("rolling back a failed create", "step", r.steps[i].what, "error", err)
+		}
+	}
+}
