@@ -85,6 +85,8 @@ type harness struct {
 	// src is the source repository; repo its cache entry.
 	src  *testutil.Repo
 	repo store.Repo
+	// configure, if set, adjusts the manager's configuration (backends).
+	configure func(*Config)
 }
 
 func newHarness(t *testing.T, driver string) *harness {
@@ -113,7 +115,11 @@ func (h *harness) sub(t *testing.T) *harness {
 }
 
 func (h *harness) config() Config {
-	return Config{DataDir: h.data, Driver: h.driver, UID: testUID, GID: testGID}
+	c := Config{DataDir: h.data, Driver: h.driver, UID: testUID, GID: testGID}
+	if h.configure != nil {
+		h.configure(&c)
+	}
+	return c
 }
 
 func (h *harness) open() {
