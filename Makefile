@@ -2,6 +2,7 @@
 .PHONY: build demo test setup bench vet
 build:
 	CGO_ENABLED=0 go build -o bin/agentbox ./cmd/agentbox
+	CGO_ENABLED=0 go build -o bin/agentbox-guest ./cmd/agentbox-guest
 demo:
 	./scripts/demo.sh
 test:

@@ -9,5 +9,6 @@ export AGENTBOX
 
 build_agentbox() {
 	command -v go >/dev/null || { echo "go not found: install Go 1.26 at /usr/local/go" >&2; exit 1; }
-	(cd "$ROOT" && CGO_ENABLED=0 go build -o "$AGENTBOX" ./cmd/agentbox)
+	(cd "$ROOT" && CGO_ENABLED=0 go build -o "$AGENTBOX" ./cmd/agentbox &&
+		CGO_ENABLED=0 go build -o "$ROOT/bin/agentbox-guest" ./cmd/agentbox-guest)
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/image"
+
 	"github.com/agentbox/agentbox/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
@@ -36,6 +38,13 @@ func TestMain(m *testing.M) {
 	binary = filepath.Join(dir, "agentbox")
 	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building agentbox: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	// The daemon finds the guest next to its own binary.
+	guestBuild := exec.Command("go", "build", "-o", filepath.Join(dir, "agentbox-guest"), "../agentbox-guest")
+	guestBuild.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := guestBuild.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building agentbox-guest: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -449,5 +458,55 @@ func TestTCPNeedsToken(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("token %q: err = %v", tc.token, err)
 		}
+	}
+}
+
+// TestExecThroughTheCLI runs commands in a real docker sandbox through the
+// daemon: output streams, the exit status is the command's, and a sandbox
+// removed from outside is replaced on the next exec.
+func TestExecThroughTheCLI(t *testing.T) {
+	if os.Getenv("AGENTBOX_REQUIRE_SETUP") != "1" {
+		if err := exec.Command("docker", "info").Run(); err != nil {
+			t.Skip("no docker engine")
+		}
+	}
+	if _, err := image.Build(t.Context(), image.BuildOptions{Kind: image.KindBusybox}); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	src := testutil.NewRepo(t, map[string]string{"hello.txt": "hello from the repo\n"})
+	d := startDaemon(t, data)
+	defer d.stop(t)
+	cleanupAll(t, data)
+	out, errOut, code := runCLI(t, data, "", "--json", "ws", "create", "--repo", src.Dir)
+	if code != 0 {
+		t.Fatalf("ws create: %s %s", out, errOut)
+	}
+	ws := oneJSON(t, out)["id"].(string)
+	out, errOut, code = runCLI(t, data, "", "--json", "sandbox", "create", "--ws", ws, "--backend", "docker", "--image", "agentbox/busybox:latest", "--memory", "256M", "--pids", "128")
+	if code != 0 {
+		t.Fatalf("sandbox create: %s %s", out, errOut)
+	}
+	sb := oneJSON(t, out)
+	if sb["state"] != "running" || sb["backend"] != "docker" {
+		t.Fatalf("sandbox = %v", sb)
+	}
+	out, errOut, code = runCLI(t, data, "", "exec", ws, "--env", "GREETING=hi", "--", "sh", "-c", "cat hello.txt; echo $GREETING; echo oops >&2; exit 3")
+	if code != 3 || out != "hello from the repo\nhi\n" || errOut != "oops\n" {
+		t.Errorf("exec: exit %d stdout %q stderr %q", code, out, errOut)
+	}
+	// Remove the container behind the daemon's back; the next exec heals.
+	ref := sb["backend_ref"].(string)
+	if err := exec.Command("docker", "rm", "-f", ref).Run(); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runCLI(t, data, "", "--json", "exec", ws, "--", "cat", "hello.txt")
+	res := oneJSON(t, out)["result"].(map[string]any)
+	if code != 0 || res["replaced"] != true || res["sandbox_id"] == sb["id"] {
+		t.Errorf("exec after removal: exit %d %v %s", code, res, errOut)
+	}
+	_, errOut, code = runCLI(t, data, "", "exec", ws, "--timeout", "1s", "--", "sleep", "60")
+	if code != 124 || !strings.Contains(errOut, "timed out") {
+		t.Errorf("timeout: exit %d %q", code, errOut)
 	}
 }

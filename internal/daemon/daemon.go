@@ -55,10 +55,18 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		return err
 	}
 	defer st.Close()
+	bes, defBackend := backends(ctx, cfg, log)
+	gb, err := guestBinary(cfg)
+	if err != nil {
+		// Workspaces still work; sandboxes report this when asked for.
+		log.Warn("sandboxes unavailable", "err", err)
+		gb = ""
+	}
 	m, err := manager.New(ctx, st, manager.Config{
 		DataDir: cfg.DataDir, Driver: cfg.WorkspaceDriver, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
 		Author:     workspace.Author{Name: cfg.AuthorName, Email: cfg.AuthorEmail},
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log,
+		Backends: bes, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,61 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/backend/docker"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// backends builds every execution backend this host offers and picks the
+// default one. A backend that cannot start here is left out and logged;
+// a sandbox that asks for it then gets a clear error.
+func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[string]sandbox.Backend, string) {
+	out := map[string]sandbox.Backend{}
+	for _, o := range []docker.Options{
+		{Name: docker.NameDocker, Runtime: docker.RuntimeRunc, Host: cfg.DockerHost},
+		{Name: docker.NameGVisor, Runtime: docker.RuntimeRunsc, Host: cfg.DockerHost},
+	} {
+		b, err := docker.New(o)
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = b.List(pctx, map[string]string{sandbox.LabelManaged: "1"})
+			cancel()
+		}
+		if err != nil {
+			log.Warn("execution backend unavailable", "backend", o.Name, "err", err)
+			continue
+		}
+		out[o.Name] = b
+	}
+	def := cfg.DefaultBackend
+	if def == "auto" {
+		def = "local"
+		if _, ok := out["docker"]; ok {
+			def = "docker"
+		}
+	}
+	return out, def
+}
+
+// guestBinary finds the agentbox-guest binary.
+func guestBinary(cfg config.Config) (string, error) {
+	p := cfg.GuestBinary
+	if p == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		p = filepath.Join(filepath.Dir(exe), "agentbox-guest")
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("agentbox-guest binary %s: %w (build it: CGO_ENABLED=0 go build -o %s ./cmd/agentbox-guest)", p, err, p)
+	}
+	return p, nil
+}
