@@ -611,6 +611,30 @@ func TestReaperStoppedFromInside(t *testing.T) {
 	}
 }
 
+func TestCommandsCannotSignalTheGuest(t *testing.T) {
+	t.Parallel()
+	g := startHostGuest(t)
+	pid := g.cmd.Process.Pid
+	// Whatever happens, leave the guest running for the cleanup.
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	res, out, errOut, err := run(t, g.conn, ExecRequest{
+		Argv: []string{"sh", "-c", `for s in STOP TERM KILL; do kill -$s $0 || echo refused; done`, fmt.Sprint(pid)},
+		Env:  hostEnv,
+		Dir:  "/",
+	}, "")
+	if err != nil || out != "refused\nrefused\nrefused\n" {
+		t.Fatalf("got %v %+v %q %q; want every signal refused", err, res, out, errOut)
+	}
+	if _, err := g.conn.Ping(t.Context()); err != nil {
+		t.Fatalf("the guest is gone: %v", err)
+	}
+	// Signals to the command's own processes still work.
+	res, _, _, err = run(t, g.conn, ExecRequest{Argv: []string{"sh", "-c", "sleep 1000 & kill -KILL $!; wait $!"}, Env: hostEnv, Dir: "/"}, "")
+	if err != nil || res.ExitCode != 137 {
+		t.Fatalf("kill of the command's own child: %v %+v", err, res)
+	}
+}
+
 func TestSIGTERMKillsEverything(t *testing.T) {
 	t.Parallel()
 	g := startHostGuest(t)

@@ -138,7 +138,7 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// setupProcess makes this process non-dumpable, so that commands (the same
+// setupProcess makes the guest non-dumpable, so that commands (the same
 // user) cannot ptrace it or read its memory, and a child subreaper. It
 // must run on the main thread (see thread_linux.go).
 func setupProcess() error {

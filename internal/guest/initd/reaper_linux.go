@@ -46,9 +46,14 @@ func RunReaper() int {
 		}
 	}()
 	syscall.CloseOnExec(ctlFD)
-	// Without a subreaper orphans go to the guest, which then sweeps them
-	// itself (see Guest.noSubreaper).
-	setupProcess()
+	// On the main thread, which stays locked: commands are forked from it
+	// and inherit its seccomp filter. Without a subreaper, orphans go to
+	// the guest, which then sweeps them itself (see Guest.sweepOrphans).
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	if err := protectGuest(os.Getppid()); err != nil {
+		fmt.Fprintf(os.Stderr, "agentbox-guest reaper: commands can signal the guest: %v\n", err)
+	}
 
 	r := &reaperState{
 		self: os.Getpid(),
@@ -57,7 +62,7 @@ func RunReaper() int {
 	}
 	opens := make(chan guest.Frame)
 	go r.readControl(opens)
-	for f := range opens {
+	for f := range opens { // on the main thread: see above
 		r.runOne(f)
 	}
 	return 0
