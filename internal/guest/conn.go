@@ -179,12 +179,9 @@ func (c *Conn) readLoop() {
 func (c *Conn) dispatch(f Frame) error {
 	switch f.Type {
 	case FramePing:
-		go func() {
-			if err := c.w.WriteFrame(FramePong, 0, f.Payload); err != nil {
-				c.fail(err)
-			}
-		}()
-		return nil
+		// Inline, so that a guest flooding pings costs no goroutines; a
+		// guest that does not read its pongs hits the write timeout.
+		return c.w.WriteFrame(FramePong, 0, f.Payload)
 	case FramePong:
 		id := binary.BigEndian.Uint64(f.Payload)
 		c.mu.Lock()

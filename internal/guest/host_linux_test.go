@@ -745,10 +745,19 @@ func (tr *termReader) waitEOF(t *testing.T) {
 func TestPing(t *testing.T) {
 	t.Parallel()
 	g := startHostGuest(t)
-	rtt, err := g.conn.Ping(t.Context())
-	if err != nil || rtt <= 0 {
-		t.Fatalf("ping: %v %s", err, rtt)
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			if rtt, err := g.conn.Ping(ctx); err != nil || rtt <= 0 {
+				t.Errorf("ping: %v %s", err, rtt)
+			}
+		}()
 	}
+	wg.Wait()
 	if g.conn.Info().Pid != g.cmd.Process.Pid {
 		t.Errorf("guest says pid %d, it is %d", g.conn.Info().Pid, g.cmd.Process.Pid)
 	}

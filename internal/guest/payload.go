@@ -22,6 +22,18 @@ const (
 	numChannels
 )
 
+func (c Channel) String() string {
+	switch c {
+	case ChanStdin:
+		return "stdin"
+	case ChanStdout:
+		return "stdout"
+	case ChanStderr:
+		return "stderr"
+	}
+	return fmt.Sprintf("channel-%d", uint8(c))
+}
+
 // InitialWindow is the credit each side starts with on each channel of a
 // new stream: the most data of one channel that may be in flight or
 // buffered, unacknowledged, at any time.

@@ -224,18 +224,6 @@ func (p *Process) killAndWait() {
 	}
 }
 
-func (c Channel) String() string {
-	switch c {
-	case ChanStdin:
-		return "stdin"
-	case ChanStdout:
-		return "stdout"
-	case ChanStderr:
-		return "stderr"
-	}
-	return fmt.Sprintf("channel-%d", uint8(c))
-}
-
 // handle takes one frame of this stream from the read loop.
 func (p *Process) handle(f Frame) error {
 	switch f.Type {

@@ -68,7 +68,7 @@ func (s *session) serve(ctx context.Context, br *bufio.Reader) error {
 
 func (s *session) send(t guest.FrameType, id uint32, payload []byte) {
 	if err := s.w.WriteFrame(t, id, payload); err != nil {
-		s.g.log.Warn("writing to the daemon", "error", err)
+		s.g.log.Debug("writing to the daemon", "error", err)
 		s.nc.Close()
 	}
 }
@@ -95,8 +95,7 @@ func (s *session) remove(id uint32) {
 func (s *session) dispatch(f guest.Frame) error {
 	switch f.Type {
 	case guest.FramePing:
-		go s.send(guest.FramePong, 0, f.Payload)
-		return nil
+		return s.w.WriteFrame(guest.FramePong, 0, f.Payload)
 	case guest.FramePong:
 		return nil
 	case guest.FrameOpen:
