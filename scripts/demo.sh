@@ -16,6 +16,9 @@ run() { printf '$ agentbox %s\n' "$*"; "$AGENTBOX" "$@"; }
 step "setting up the machine"
 "$ROOT/scripts/setup.sh"
 build_agentbox
+# The sandbox image: Debian with git, python3, pytest, make, gcc, built from
+# Debian packages (a few minutes the first time, seconds afterwards).
+"$AGENTBOX" image build --kind debian
 
 step "starting the daemon (data in $AGENTBOX_DATA)"
 if "$AGENTBOX" repo ls >/dev/null 2>&1; then
@@ -51,6 +54,10 @@ WS1=$("$AGENTBOX" ws create --repo "file://$SRC" --task demo-sub --json | jq -r 
 WS2=$("$AGENTBOX" ws create --repo "file://$SRC" --task demo-sub --json | jq -r .id)
 run ws ls --task demo-sub
 
+step "run the repo's tests in a sandbox (the first exec starts one: docker, Debian image)"
+run exec "$WS1" -- python3 -m pytest -q
+run sandbox ls --ws "$WS1"
+
 step "edit through the file API: attempt 1 adds sub() and its test"
 cat <<'PY' | run files write "$WS1" calc.py
 """A tiny calculator: the sample project of the agentbox demo."""
@@ -75,6 +82,7 @@ def test_sub():
     assert sub(5, 3) == 2
 PY
 run ws status "$WS1"
+run exec "$WS1" -- python3 -m pytest -q
 
 step "fork attempt 1 (copies only its changes) and try a variant in the fork"
 FORK=$("$AGENTBOX" ws fork "$WS1" --json | jq -r .id)
@@ -91,6 +99,11 @@ step "results as diffs against the base commit"
 run ws diff "$WS1"
 run ws diff "$FORK"
 
+step "the sandbox is disposable: remove it behind agentbox's back, the next exec heals"
+SB=$("$AGENTBOX" sandbox ls --ws "$WS1" --json | jq -r '.sandboxes[] | select(.state == "running") | .backend_ref')
+docker rm -f "$SB" >/dev/null
+run exec "$WS1" -- sh -c 'git status --short && python3 -m pytest -q'
+
 step "commit attempt 1 on its branch; git inside the workspace sees it"
 run ws commit "$WS1" -m "calc: add sub()"
 P1=$("$AGENTBOX" ws path "$WS1")
@@ -98,6 +111,7 @@ printf '$ git -C %s log --oneline\n' "$P1"
 git -C "$P1" -c safe.directory='*' log --oneline
 printf '$ git -C %s status --short\n' "$P1"
 git -C "$P1" -c safe.directory='*' status --short
+run exec "$WS1" -- git log --oneline
 
 step "done"
 cat <<TXT
