@@ -1,0 +1,123 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os/exec"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// The spawner is one goroutine locked to its own OS thread, from which
+// every bubblewrap is started. Two things need that:
+//
+//   - bubblewrap's --die-with-parent is PR_SET_PDEATHSIG, which fires when
+//     the thread that forked it exits, not the process. Go threads are
+//     normally long-lived, but any goroutine that exits while locked to its
+//     thread takes the thread with it; a thread that is locked for good by
+//     this goroutine never exits while the backend is open, so sandboxes
+//     die with the daemon and only with it (or with Close).
+//   - on cgroup v1 the jail must be in its cgroups before it forks
+//     anything, and better before bubblewrap creates its cgroup namespace.
+//     v1 cgroups hold threads, so the spawner thread moves itself into the
+//     sandbox's cgroups, forks bubblewrap (which inherits the thread's
+//     cgroups), and moves itself back. There is no window in which a
+//     process of the sandbox runs outside its limits. (v2 gets the same
+//     with clone3's CLONE_INTO_CGROUP, SysProcAttr.UseCgroupFD.)
+type spawner struct {
+	reqs     chan spawnReq
+	quit     chan struct{}
+	quitOnce sync.Once
+	done     chan struct{}
+}
+
+type spawnReq struct {
+	cmd *exec.Cmd
+	// into are the v1 cgroup directories the thread moves to for the fork;
+	// empty on v2 (the command carries a cgroup fd).
+	into []string
+	res  chan error
+}
+
+// newSpawner starts the spawner thread. home returns the thread's own v1
+// cgroup directories, read on that thread (nil for v2).
+func newSpawner(home func() ([]string, error)) (*spawner, error) {
+	s := &spawner{reqs: make(chan spawnReq), quit: make(chan struct{}), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go s.loop(home, ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *spawner) loop(home func() ([]string, error), ready chan<- error) {
+	defer close(s.done)
+	// Never unlocked: when this goroutine returns its thread exits, and
+	// every bubblewrap it started gets SIGKILL.
+	runtime.LockOSThread()
+	tid := unix.Gettid()
+	var back []string
+	if home != nil {
+		var err error
+		if back, err = home(); err != nil {
+			ready <- fmt.Errorf("reading the spawner thread's cgroups: %w", err)
+			return
+		}
+	}
+	ready <- nil
+	for {
+		select {
+		case r := <-s.reqs:
+			r.res <- s.spawn(tid, back, r)
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+func (s *spawner) spawn(tid int, back []string, r spawnReq) (err error) {
+	// Inherited descriptors without close-on-exec (a socket-activated
+	// listener, a pipe from whoever started the daemon) would reach the
+	// jail: bubblewrap passes every open descriptor on to the guest.
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
+	}
+	if len(r.into) > 0 {
+		if err := moveThread(tid, r.into); err != nil {
+			moveThread(tid, back)
+			return err
+		}
+		defer func() {
+			if merr := moveThread(tid, back); merr != nil {
+				// The process already runs in its cgroups; but a spawner
+				// thread stuck in a sandbox's cgroup would keep it from
+				// being removed and charge the next fork to it.
+				err = errors.Join(err, fmt.Errorf("moving the spawner thread back: %w", merr))
+			}
+		}()
+	}
+	return r.cmd.Start()
+}
+
+// start starts cmd on the spawner thread, inside the v1 cgroups into.
+func (s *spawner) start(cmd *exec.Cmd, into []string) error {
+	r := spawnReq{cmd: cmd, into: into, res: make(chan error, 1)}
+	select {
+	case s.reqs <- r:
+	case <-s.done:
+		return errClosed
+	}
+	return <-r.res
+}
+
+// close ends the spawner thread, and with it every bubblewrap it started.
+func (s *spawner) close() {
+	s.quitOnce.Do(func() { close(s.quit) })
+	<-s.done
+}
+
+var errClosed = errors.New("local backend is closed")
