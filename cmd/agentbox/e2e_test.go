@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -464,6 +465,9 @@ func TestTCPNeedsToken(t *testing.T) {
 // TestExecThroughTheCLI runs commands in a real docker sandbox through the
 // daemon: output streams, the exit status is the command's, and a sandbox
 // removed from outside is replaced on the next exec.
+// TestExecThroughTheCLI runs the sandbox commands on every backend, as a
+// user would: the local backend needs the image's root unpacked in the
+// data dir, which `agentbox image build` does.
 func TestExecThroughTheCLI(t *testing.T) {
 	if os.Getenv("AGENTBOX_REQUIRE_SETUP") != "1" {
 		if err := exec.Command("docker", "info").Run(); err != nil {
@@ -473,33 +477,44 @@ func TestExecThroughTheCLI(t *testing.T) {
 	if _, err := image.Build(t.Context(), image.BuildOptions{Kind: image.KindBusybox}); err != nil {
 		t.Fatal(err)
 	}
+	for _, backend := range []string{"docker", "gvisor", "local"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			testExecThroughTheCLI(t, backend)
+		})
+	}
+}
+
+func testExecThroughTheCLI(t *testing.T, backend string) {
 	data := t.TempDir()
 	src := testutil.NewRepo(t, map[string]string{"hello.txt": "hello from the repo\n"})
 	d := startDaemon(t, data)
 	defer d.stop(t)
 	cleanupAll(t, data)
+	if backend == "local" {
+		if out, errOut, code := runCLI(t, data, "", "--json", "image", "build", "--kind", "busybox"); code != 0 {
+			t.Fatalf("image build: %s %s", out, errOut)
+		}
+	}
 	out, errOut, code := runCLI(t, data, "", "--json", "ws", "create", "--repo", src.Dir)
 	if code != 0 {
 		t.Fatalf("ws create: %s %s", out, errOut)
 	}
 	ws := oneJSON(t, out)["id"].(string)
-	out, errOut, code = runCLI(t, data, "", "--json", "sandbox", "create", "--ws", ws, "--backend", "docker", "--image", "agentbox/busybox:latest", "--memory", "256M", "--pids", "128")
+	out, errOut, code = runCLI(t, data, "", "--json", "sandbox", "create", "--ws", ws, "--backend", backend, "--image", "agentbox/busybox:latest", "--memory", "256M", "--pids", "128")
 	if code != 0 {
 		t.Fatalf("sandbox create: %s %s", out, errOut)
 	}
 	sb := oneJSON(t, out)
-	if sb["state"] != "running" || sb["backend"] != "docker" {
+	if sb["state"] != "running" || sb["backend"] != backend {
 		t.Fatalf("sandbox = %v", sb)
 	}
 	out, errOut, code = runCLI(t, data, "", "exec", ws, "--env", "GREETING=hi", "--", "sh", "-c", "cat hello.txt; echo $GREETING; echo oops >&2; exit 3")
 	if code != 3 || out != "hello from the repo\nhi\n" || errOut != "oops\n" {
 		t.Errorf("exec: exit %d stdout %q stderr %q", code, out, errOut)
 	}
-	// Remove the container behind the daemon's back; the next exec heals.
-	ref := sb["backend_ref"].(string)
-	if err := exec.Command("docker", "rm", "-f", ref).Run(); err != nil {
-		t.Fatal(err)
-	}
+	// End the environment behind the daemon's back; the next exec heals.
+	killFromOutside(t, backend, sb["backend_ref"].(string))
 	out, errOut, code = runCLI(t, data, "", "--json", "exec", ws, "--", "cat", "hello.txt")
 	res := oneJSON(t, out)["result"].(map[string]any)
 	if code != 0 || res["replaced"] != true || res["sandbox_id"] == sb["id"] {
@@ -508,5 +523,33 @@ func TestExecThroughTheCLI(t *testing.T) {
 	_, errOut, code = runCLI(t, data, "", "exec", ws, "--timeout", "1s", "--", "sleep", "60")
 	if code != 124 || !strings.Contains(errOut, "timed out") {
 		t.Errorf("timeout: exit %d %q", code, errOut)
+	}
+}
+
+// killFromOutside ends a sandbox's environment as an operator or a crash
+// would, without a word to agentbox.
+func killFromOutside(t *testing.T, backend, ref string) {
+	t.Helper()
+	if backend != "local" {
+		if out, err := exec.Command("docker", "rm", "-f", ref).CombinedOutput(); err != nil {
+			t.Fatalf("docker rm -f %s: %v %s", ref, err, out)
+		}
+		return
+	}
+	// Every process of a local sandbox is in its cgroup (v1: one per
+	// controller; v2: one).
+	files, _ := filepath.Glob("/sys/fs/cgroup/*/agentbox/" + ref + "/cgroup.procs")
+	more, _ := filepath.Glob("/sys/fs/cgroup/agentbox/" + ref + "/cgroup.procs")
+	killed := 0
+	for _, f := range append(files, more...) {
+		b, _ := os.ReadFile(f)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+	}
+	if killed == 0 {
+		t.Fatalf("no process of local sandbox %s found to kill", ref)
 	}
 }

@@ -9,15 +9,18 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend/docker"
+	"github.com/agentbox/agentbox/internal/backend/local"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // backends builds every execution backend this host offers and picks the
 // default one. A backend that cannot start here is left out and logged;
-// a sandbox that asks for it then gets a clear error.
-func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[string]sandbox.Backend, string) {
+// a sandbox that asks for it then gets a clear error. The returned func
+// releases what the backends hold (the local backend's jails die with it).
+func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[string]sandbox.Backend, string, func()) {
 	out := map[string]sandbox.Backend{}
+	closers := []func() error{}
 	for _, o := range []docker.Options{
 		{Name: docker.NameDocker, Runtime: docker.RuntimeRunc, Host: cfg.DockerHost},
 		{Name: docker.NameGVisor, Runtime: docker.RuntimeRunsc, Host: cfg.DockerHost},
@@ -34,6 +37,17 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[str
 		}
 		out[o.Name] = b
 	}
+	lb, err := local.New(local.Options{
+		StateDir:  filepath.Join(cfg.DataDir, "local"),
+		ImagesDir: filepath.Join(cfg.DataDir, "images"),
+		Logger:    log,
+	})
+	if err != nil {
+		log.Warn("execution backend unavailable", "backend", local.Name, "err", err)
+	} else {
+		out[local.Name] = lb
+		closers = append(closers, lb.Close)
+	}
 	def := cfg.DefaultBackend
 	if def == "auto" {
 		def = "local"
@@ -41,7 +55,14 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[str
 			def = "docker"
 		}
 	}
-	return out, def
+	closeAll := func() {
+		for _, c := range closers {
+			if err := c(); err != nil {
+				log.Warn("closing an execution backend", "err", err)
+			}
+		}
+	}
+	return out, def, closeAll
 }
 
 // guestBinary finds the agentbox-guest binary.

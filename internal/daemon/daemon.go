@@ -55,7 +55,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		return err
 	}
 	defer st.Close()
-	bes, defBackend := backends(ctx, cfg, log)
+	bes, defBackend, closeBackends := backends(ctx, cfg, log)
+	defer closeBackends()
 	gb, err := guestBinary(cfg)
 	if err != nil {
 		// Workspaces still work; sandboxes report this when asked for.
