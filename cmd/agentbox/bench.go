@@ -1,17 +1,40 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/internal/bench"
+	"github.com/agentbox/agentbox/internal/config"
 )
 
 func (c *cli) benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Measure agentbox against its baselines on this machine, side by side"}
 	cmd.AddCommand(c.benchWorkspaceCmd())
+	for _, b := range []struct {
+		use, short string
+		runs       int
+		run        func(context.Context, bench.SandboxOptions, io.Writer) (bench.SandboxResult, error)
+	}{
+		{"exec", "exec round trip of `true` (manager and API) vs docker exec on an equivalent container and host fork/exec", bench.DefaultExecRuns, bench.Exec},
+		{"create", "create → first exec per backend vs docker run --rm (runc, runsc) and bwrap; --profile shows where the time goes", bench.DefaultCreateRuns, bench.Create},
+		{"concurrent", "N sandboxes created at once, each running `true`, vs N concurrent docker run --rm", bench.DefaultConcurrentRuns, bench.Concurrent},
+	} {
+		cmd.AddCommand(c.benchSandboxCmd(b.use, b.short, b.runs, func(ctx context.Context, o bench.SandboxOptions, w io.Writer) (any, func(io.Writer), error) {
+			res, err := b.run(ctx, o, w)
+			return res, res.Print, err
+		}))
+	}
+	cmd.AddCommand(c.benchSandboxCmd("all", "exec, create and concurrent in one run", 0, func(ctx context.Context, o bench.SandboxOptions, w io.Writer) (any, func(io.Writer), error) {
+		res, err := bench.All(ctx, o, w)
+		return res, res.Print, err
+	}))
 	return cmd
 }
 
@@ -39,4 +62,70 @@ func (c *cli) benchWorkspaceCmd() *cobra.Command {
 	fl.IntVar(&opts.Changed, "changed", bench.DefaultChanged, "files changed in the workspace before a fork")
 	fl.StringVar(&opts.DataDir, "dir", os.Getenv("AGENTBOX_BENCH_DIR"), "scratch dir (default a temp dir)")
 	return cmd
+}
+
+// benchSandboxCmd is one of the execution benchmarks. They run in-process
+// (as root), with a manager, the real backends and guest, and an API
+// server of their own on a temporary socket: no daemon is needed.
+func (c *cli) benchSandboxCmd(use, short string, runs int, run func(context.Context, bench.SandboxOptions, io.Writer) (any, func(io.Writer), error)) *cobra.Command {
+	var opts bench.SandboxOptions
+	var backends string
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load("")
+			if err != nil {
+				return err
+			}
+			if backends != "" {
+				opts.Backends = strings.Split(backends, ",")
+			}
+			if opts.GuestBinary == "" {
+				opts.GuestBinary = benchGuest(cfg)
+			}
+			opts.ImagesDir = filepath.Join(cfg.DataDir, "images")
+			opts.DockerHost = cfg.DockerHost
+			var progress io.Writer = c.stderr
+			if c.json {
+				progress = nil
+			}
+			res, print, err := run(cmd.Context(), opts, progress)
+			if err != nil {
+				return err
+			}
+			return c.emit(map[string]any{"id": "bench-" + use, "result": res}, print)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&backends, "backend", "", "comma-separated backends: "+strings.Join(bench.AllBackends, ", ")+" (default: every one that works here)")
+	fl.StringVar(&opts.Image, "image", bench.DefaultImage, "image of the sandboxes and baseline containers (agentbox's own images are built when missing)")
+	defRuns := "default per benchmark: exec %d, create %d, concurrent %d"
+	if runs > 0 {
+		defRuns = fmt.Sprint(runs)
+	} else {
+		defRuns = fmt.Sprintf(defRuns, bench.DefaultExecRuns, bench.DefaultCreateRuns, bench.DefaultConcurrentRuns)
+	}
+	fl.IntVarP(&opts.Runs, "runs", "n", 0, "measured runs per case ("+defRuns+")")
+	if use == "concurrent" || use == "all" {
+		fl.IntVar(&opts.Concurrency, "concurrency", bench.DefaultConcurrency, "sandboxes started at once")
+	}
+	if use == "create" || use == "all" {
+		fl.IntVar(&opts.Profile, "profile", 0, "then time the daemon-side steps of this many instrumented create → first exec runs per backend")
+	}
+	fl.StringVar(&opts.GuestBinary, "guest", "", "agentbox-guest binary (default: the configured one, else next to agentbox)")
+	return cmd
+}
+
+// benchGuest is the guest binary the daemon would use.
+func benchGuest(cfg config.Config) string {
+	if cfg.GuestBinary != "" {
+		return cfg.GuestBinary
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(exe), "agentbox-guest")
 }
