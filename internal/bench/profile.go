@@ -296,6 +296,56 @@ type Profile struct {
 	Median  time.Duration `json:"median_ns"`
 	P90     time.Duration `json:"p90_ns"`
 	Steps   []Step        `json:"steps"`
+	// Warm is the breakdown of a second exec of `true` in the same
+	// sandbox, right after the first: the exec round trip.
+	Warm Breakdown `json:"warm_exec"`
+}
+
+// Breakdown is a total and its steps.
+type Breakdown struct {
+	Median time.Duration `json:"median_ns"`
+	P90    time.Duration `json:"p90_ns"`
+	Steps  []Step        `json:"steps"`
+}
+
+// tally accumulates the steps of several runs.
+type tally struct {
+	order  []string
+	vals   map[string][]time.Duration
+	depth  map[string]int
+	totals []time.Duration
+}
+
+func (t *tally) add(st steps, depths map[string]int, total time.Duration) {
+	if t.vals == nil {
+		t.vals, t.depth = map[string][]time.Duration{}, map[string]int{}
+	}
+	t.totals = append(t.totals, total)
+	for _, name := range st.order {
+		if _, ok := t.vals[name]; !ok {
+			t.order = append(t.order, name)
+			t.depth[name] = depths[name]
+			// A step missing from earlier runs took nothing there.
+			t.vals[name] = make([]time.Duration, len(t.totals)-1)
+		}
+	}
+	for _, name := range t.order {
+		t.vals[name] = append(t.vals[name], st.d[name])
+	}
+}
+
+func (t *tally) summary() Breakdown {
+	total := summarize("total", t.totals)
+	b := Breakdown{Median: total.Median, P90: total.P90}
+	for _, name := range t.order {
+		c := summarize(name, t.vals[name])
+		share := 0.0
+		if total.Median > 0 {
+			share = float64(c.Median) / float64(total.Median)
+		}
+		b.Steps = append(b.Steps, Step{Name: name, Depth: t.depth[name], Median: c.Median, P90: c.P90, Share: share})
+	}
+	return b
 }
 
 // profileCreate runs create → first exec runs times per backend with the
@@ -307,15 +357,12 @@ func (e *env) profileCreate(ctx context.Context, runs int) ([]Profile, error) {
 		if err != nil {
 			return nil, err
 		}
-		var order []string
-		vals := map[string][]time.Duration{}
-		depth := map[string]int{}
-		var totals []time.Duration
-		first := -1 // an untimed warm-up run
+		var first, warm tally
+		start := -1 // an untimed warm-up run
 		if e.noWarmup {
-			first = 0
+			start = 0
 		}
-		for i := first; i < runs; i++ {
+		for i := start; i < runs; i++ {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -330,6 +377,13 @@ func (e *env) profileCreate(ctx context.Context, runs int) ([]Profile, error) {
 			}
 			t1 := time.Now()
 			spans := e.prof.end()
+			var wspans []span
+			if err == nil {
+				e.prof.begin("exec")
+				err = e.execTrue(ctx, sb.ID)
+				wspans = e.prof.end()
+			}
+			t2 := time.Now()
 			if sb.ID != "" {
 				err = errors.Join(err, e.m.RemoveSandbox(context.WithoutCancel(ctx), sb.ID))
 			}
@@ -340,32 +394,15 @@ func (e *env) profileCreate(ctx context.Context, runs int) ([]Profile, error) {
 			if i < 0 {
 				continue
 			}
-			totals = append(totals, t1.Sub(t0))
-			steps, depths := breakdown(spans, t0, t1)
-			for _, name := range steps.order {
-				if _, ok := vals[name]; !ok {
-					order = append(order, name)
-					depth[name] = depths[name]
-					// A step missing from earlier runs took nothing there.
-					vals[name] = make([]time.Duration, len(totals)-1)
-				}
-			}
-			for _, name := range order {
-				vals[name] = append(vals[name], steps.d[name])
-			}
+			st, depths := breakdown(spans, t0, t1)
+			first.add(st, depths, t1.Sub(t0))
+			wst, wdepths := breakdown(wspans, t1, t2)
+			warm.add(wst, wdepths, t2.Sub(t1))
 		}
-		total := summarize("total", totals)
-		p := Profile{Backend: b, Runs: runs, Median: total.Median, P90: total.P90}
-		for _, name := range order {
-			c := summarize(name, vals[name])
-			share := 0.0
-			if total.Median > 0 {
-				share = float64(c.Median) / float64(total.Median)
-			}
-			p.Steps = append(p.Steps, Step{Name: name, Depth: depth[name], Median: c.Median, P90: c.P90, Share: share})
-		}
+		fb := first.summary()
+		p := Profile{Backend: b, Runs: runs, Median: fb.Median, P90: fb.P90, Steps: fb.Steps, Warm: warm.summary()}
 		out = append(out, p)
-		e.logf("profiled %s: %d runs, median %s", b, runs, fmtDur(total.Median))
+		e.logf("profiled %s: %d runs, median %s", b, runs, fmtDur(p.Median))
 	}
 	return out, nil
 }
@@ -403,7 +440,10 @@ func breakdown(spans []span, t0, t1 time.Time) (steps, map[string]int) {
 	slices.SortFunc(sub, func(a, b span) int { return a.start.Compare(b.start) })
 	var st steps
 	depths := map[string]int{}
-	cursor, prev, phase := t0, "start", "create"
+	cursor, prev, phase := t0, "start", ""
+	if len(spans) > 0 {
+		phase = spans[0].phase
+	}
 	for _, s := range top {
 		if s.depth < 0 {
 			if gap := s.start.Sub(cursor); gap > 0 {
@@ -435,15 +475,21 @@ func breakdown(spans []span, t0, t1 time.Time) (steps, map[string]int) {
 	return st, depths
 }
 
-// Print writes the breakdown as a table.
+// Print writes the breakdowns as tables.
 func (p Profile) Print(w io.Writer) {
 	fmt.Fprintf(w, "create → first exec on %s, where the time goes (%d instrumented runs, median %s, p90 %s)\n", p.Backend, p.Runs, fmtDur(p.Median), fmtDur(p.P90))
+	printSteps(w, p.Steps)
+	fmt.Fprintf(w, "\nthe next exec in the same sandbox on %s (median %s, p90 %s)\n", p.Backend, fmtDur(p.Warm.Median), fmtDur(p.Warm.P90))
+	printSteps(w, p.Warm.Steps)
+}
+
+func printSteps(w io.Writer, steps []Step) {
 	width := len("step")
-	for _, s := range p.Steps {
+	for _, s := range steps {
 		width = max(width, len(s.Name))
 	}
 	fmt.Fprintf(w, "%-*s %11s %11s %6s\n", width, "step", "median", "p90", "share")
-	for _, s := range p.Steps {
+	for _, s := range steps {
 		share := ""
 		if s.Depth == 0 {
 			share = fmt.Sprintf("%5.1f%%", 100*s.Share)

@@ -255,7 +255,16 @@ func TestProfileCreate(t *testing.T) {
 				t.Errorf("%s: no step %q in %v", p.Backend, w, p.Steps)
 			}
 		}
-		if p.Runs != 2 || p.Median <= 0 || sum <= 0 {
+		warm := map[string]bool{}
+		for _, s := range p.Warm.Steps {
+			warm[s.Name] = true
+		}
+		for _, w := range []string{"exec: guest round trip: exec `true`", "exec: store.CreateExec (write)", "exec: store.FinishExec (write)"} {
+			if !warm[w] {
+				t.Errorf("%s: warm exec: no step %q in %v", p.Backend, w, p.Warm.Steps)
+			}
+		}
+		if p.Runs != 2 || p.Median <= 0 || sum <= 0 || p.Warm.Median <= 0 {
 			t.Errorf("%s: profile %+v", p.Backend, p)
 		}
 		var out bytes.Buffer
