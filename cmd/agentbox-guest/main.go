@@ -7,9 +7,17 @@
 //
 // Usage:
 //
-//	agentbox-guest [-socket PATH]   run as the sandbox's init
+//	agentbox-guest [-socket PATH] [--landlock[=MODE]] [--landlock-tcp-connect=PORTS]
+//	                                run as the sandbox's init
 //	agentbox-guest version          print the version
-//	agentbox-guest reaper           internal: supervise one command
+//	agentbox-guest reaper ...       internal: supervise commands
+//
+// --landlock runs every command under a Landlock ruleset (see
+// internal/guest/initd): MODE is best-effort (the default with a bare
+// --landlock: commands run anyway where the kernel or runtime has no
+// Landlock, and the hello says so) or required (the guest then refuses
+// every command); $AGENTBOX_GUEST_LANDLOCK sets the same. PORTS are the
+// TCP ports commands may connect to ($AGENTBOX_GUEST_LANDLOCK_TCP_CONNECT).
 package main
 
 import (
@@ -33,7 +41,7 @@ func main() {
 			fmt.Printf("agentbox-guest %s (protocol %d)\n", version, guest.ProtocolVersion)
 			return
 		case initd.ReaperArg:
-			os.Exit(initd.RunReaper())
+			os.Exit(initd.RunReaper(os.Args[2:]))
 		}
 	}
 	os.Exit(run())
@@ -43,9 +51,23 @@ func run() int {
 	fs := flag.NewFlagSet("agentbox-guest", flag.ContinueOnError)
 	socket := fs.String("socket", envOr(guest.SocketEnv, guest.DefaultSocketPath), "the daemon's socket")
 	debug := fs.Bool("debug", false, "log connection attempts")
+	mode, err := guest.ParseLandlockMode(os.Getenv(guest.LandlockEnv))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentbox-guest: $%s: %v\n", guest.LandlockEnv, err)
+		return 2
+	}
+	fs.Var(&landlockFlag{&mode}, "landlock", "run commands under Landlock: best-effort (a bare --landlock), required or off")
+	ports := envOr(guest.LandlockConnectEnv, "")
+	fs.StringVar(&ports, "landlock-tcp-connect", ports, "comma-separated TCP ports commands may connect to under Landlock")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
+	connect, err := initd.ParsePorts(ports)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentbox-guest: --landlock-tcp-connect: %v\n", err)
+		return 2
+	}
+	landlock := initd.Landlock{Mode: mode, ConnectTCP: connect}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "agentbox-guest: unexpected argument %q\n", fs.Arg(0))
 		return 2
@@ -55,7 +77,7 @@ func run() int {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	token, err := initd.TakeToken()
+	token, err := initd.TakeToken(landlock)
 	if err != nil {
 		log.Error("guest failed", "error", err)
 		return 2
@@ -65,6 +87,7 @@ func run() int {
 		Token:      token,
 		Version:    version,
 		Logger:     log,
+		Landlock:   landlock,
 	})
 	if err != nil {
 		log.Error("guest failed", "error", err)
@@ -79,3 +102,24 @@ func envOr(key, def string) string {
 	}
 	return def
 }
+
+// landlockFlag is --landlock: a bare --landlock means best effort.
+type landlockFlag struct{ mode *guest.LandlockMode }
+
+func (f *landlockFlag) String() string {
+	if f.mode == nil {
+		return guest.LandlockOff.String()
+	}
+	return f.mode.String()
+}
+
+func (f *landlockFlag) Set(s string) error {
+	m, err := guest.ParseLandlockMode(s)
+	if err != nil {
+		return err
+	}
+	*f.mode = m
+	return nil
+}
+
+func (f *landlockFlag) IsBoolFlag() bool { return true }

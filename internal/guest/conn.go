@@ -17,6 +17,8 @@ import (
 type GuestInfo struct {
 	Version string
 	Pid     int
+	// Landlock says whether the guest runs its commands under Landlock.
+	Landlock LandlockStatus
 }
 
 // Conn is the daemon's end of one authenticated guest connection. It

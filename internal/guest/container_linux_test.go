@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,32 +39,67 @@ type sandbox struct {
 	id      string // container id, for docker
 	wantPid int    // the guest's pid inside
 	token   string
+	// wantLandlock says the guest must enforce Landlock (it was asked to
+	// and nothing in the sandbox stands in the way).
+	wantLandlock bool
 }
 
 func TestSandboxes(t *testing.T) {
 	rootfs := buildRootfs(t)
 	// Whatever a failed run leaves behind goes when all subtests are done.
 	t.Cleanup(func() { removeTestContainers(t) })
+	// Every guest runs its commands under Landlock where it can (best
+	// effort), as the backends ask it to; where it cannot, a guest that
+	// requires it must refuse commands.
 	t.Run("runc", func(t *testing.T) {
 		t.Parallel()
 		requireDocker(t)
 		ensureImage(t, rootfs)
-		exerciseSandbox(t, startContainer(t, "runc"))
+		sb := startContainer(t, "runc", "--landlock")
+		exerciseSandbox(t, sb)
+		checkLandlockRequired(t, sb, func(args ...string) *sandbox { return startContainer(t, "runc", args...) })
 	})
 	t.Run("runsc", func(t *testing.T) {
 		t.Parallel()
 		requireDocker(t)
 		requireRuntime(t, "runsc")
 		ensureImage(t, rootfs)
-		exerciseSandbox(t, startContainer(t, "runsc"))
+		sb := startContainer(t, "runsc", "--landlock")
+		exerciseSandbox(t, sb)
+		checkLandlockRequired(t, sb, func(args ...string) *sandbox { return startContainer(t, "runsc", args...) })
 	})
 	t.Run("bwrap", func(t *testing.T) {
 		t.Parallel()
-		exerciseSandbox(t, startBwrap(t, rootfs, false))
+		sb := startBwrap(t, rootfs, false, "--landlock")
+		sb.wantLandlock = hostLandlockABI() > 0 // nothing in the jail refuses it
+		exerciseSandbox(t, sb)
 	})
 	t.Run("bwrap-as-pid-1", func(t *testing.T) {
 		t.Parallel()
-		exerciseSandbox(t, startBwrap(t, rootfs, true))
+		sb := startBwrap(t, rootfs, true, "--landlock=required")
+		sb.wantLandlock = hostLandlockABI() > 0
+		exerciseSandbox(t, sb)
+	})
+}
+
+// checkLandlockRequired starts, next to sb, a sandbox of the same kind
+// whose guest requires Landlock: where sb's guest could not enforce it,
+// that guest must still connect, say so, and refuse every command.
+func checkLandlockRequired(t *testing.T, sb *sandbox, start func(args ...string) *sandbox) {
+	if sb.conn.Info().Landlock.Enforced {
+		return // TestLandlock and bwrap-as-pid-1 cover required mode with Landlock
+	}
+	t.Run("landlock required", func(t *testing.T) {
+		req := start("--landlock=required")
+		st := req.conn.Info().Landlock
+		if st.Mode != LandlockRequired || st.Enforced || st.Detail == "" {
+			t.Errorf("landlock status %+v, want required, not enforced, with the reason", st)
+		}
+		res, out, _, err := run(t, req.conn, ExecRequest{Argv: []string{"echo", "ran"}, Env: []string{"PATH=/bin"}}, "")
+		var se *StartError
+		if !errors.As(err, &se) || !strings.Contains(se.Reason, "landlock is required") || out != "" || res.ExitCode != 126 {
+			t.Errorf("got %v %+v %q; want the command refused because Landlock is missing", err, res, out)
+		}
 	})
 }
 
@@ -197,6 +233,27 @@ func exerciseSandbox(t *testing.T, sb *sandbox) {
 			t.Errorf("shell: %v %+v", err, res)
 		}
 	})
+	t.Run("landlock", func(t *testing.T) {
+		st := c.Info().Landlock
+		if st.Mode == LandlockOff {
+			t.Fatalf("landlock status %+v: the guest was asked for Landlock", st)
+		}
+		if sb.wantLandlock && !st.Enforced {
+			t.Fatalf("landlock status %+v, want enforced", st)
+		}
+		t.Logf("%s: landlock %s", sb.name, st)
+		// /tmp stays writable either way. Landlock keeps a process from
+		// writing its own name to /proc/self/comm, which Linux allows it
+		// otherwise (TestLandlock's control shows it on this kernel;
+		// gVisor refuses it anyway).
+		res, out, errOut := must(t, ExecRequest{Argv: []string{"sh", "-c", "echo x > /tmp/landlock-probe && echo tmp; echo probe 2>/dev/null > /proc/self/comm && echo proc"}}, "")
+		if !strings.HasPrefix(out, "tmp\n") || (st.Enforced && out != "tmp\n") {
+			t.Errorf("probe with landlock %s: %+v %q %q", st, res, out, errOut)
+		}
+		if !st.Enforced && st.Detail == "" {
+			t.Errorf("landlock status %+v: no reason why it is not enforced", st)
+		}
+	})
 	t.Run("output cap", func(t *testing.T) {
 		res, out, _ := must(t, ExecRequest{Argv: []string{"head", "-c", "5000000", "/dev/zero"}, MaxOutputBytes: 1000}, "")
 		if !res.StdoutTruncated || res.StdoutBytes != 5000000 || out != string(make([]byte, 1000))+TruncationMarker(1000) {
@@ -290,7 +347,7 @@ func median(d []time.Duration) time.Duration {
 
 // buildRootfs makes a busybox root file system: busybox-static with a
 // symlink per applet, a user 1000, and the mount points the sandboxes use.
-func buildRootfs(t *testing.T) string {
+func buildRootfs(t testing.TB) string {
 	t.Helper()
 	busybox, err := exec.LookPath("busybox")
 	if err != nil {
@@ -333,7 +390,7 @@ func buildRootfs(t *testing.T) string {
 	return root
 }
 
-func requireDocker(t *testing.T) {
+func requireDocker(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("docker"); err != nil {
 		skipOrFail(t, "the docker CLI is not installed")
@@ -343,7 +400,7 @@ func requireDocker(t *testing.T) {
 	}
 }
 
-func requireRuntime(t *testing.T, name string) {
+func requireRuntime(t testing.TB, name string) {
 	t.Helper()
 	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
 	if err != nil || !bytes.Contains(out, []byte(`"`+name+`"`)) {
@@ -355,7 +412,7 @@ var imageOnce sync.Mutex
 
 // ensureImage imports the busybox root file system as testImage unless
 // the engine has it. Nothing is ever pulled.
-func ensureImage(t *testing.T, rootfs string) {
+func ensureImage(t testing.TB, rootfs string) {
 	t.Helper()
 	imageOnce.Lock()
 	defer imageOnce.Unlock()
@@ -415,7 +472,7 @@ func tarDir(w io.Writer, dir string) error {
 
 // sandboxSocket makes the per-sandbox socket directory, reachable by the
 // sandbox's user, and listens in it.
-func sandboxSocket(t *testing.T) (dir, token string, ln *Listener) {
+func sandboxSocket(t testing.TB) (dir, token string, ln *Listener) {
 	t.Helper()
 	dir = shortDir(t)
 	os.Chmod(dir, 0o755)
@@ -437,7 +494,7 @@ func sandboxSocket(t *testing.T) (dir, token string, ln *Listener) {
 	return dir, token, ln
 }
 
-func accept(t *testing.T, ln *Listener, logs func() string) *Conn {
+func accept(t testing.TB, ln *Listener, logs func() string) *Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -451,9 +508,9 @@ func accept(t *testing.T, ln *Listener, logs func() string) *Conn {
 
 var runID = newMarker()
 
-func startContainer(t *testing.T, runtime string) *sandbox {
-	t.Helper()
-	dir, token, ln := sandboxSocket(t)
+// dockerRunArgs is the docker run command line of a test sandbox whose
+// guest dials a socket in dir with token.
+func dockerRunArgs(runtime, dir, token string, guestArgs ...string) []string {
 	args := []string{"run", "-d",
 		"--label", testLabel + "=1", "--label", runLabel + "=" + runID,
 		"--runtime", runtime,
@@ -468,7 +525,13 @@ func startContainer(t *testing.T, runtime string) *sandbox {
 		"--entrypoint", "/agentbox-guest",
 		testImage,
 	}
-	out, err := exec.Command("docker", args...).CombinedOutput()
+	return append(args, guestArgs...)
+}
+
+func startContainer(t *testing.T, runtime string, guestArgs ...string) *sandbox {
+	t.Helper()
+	dir, token, ln := sandboxSocket(t)
+	out, err := exec.Command("docker", dockerRunArgs(runtime, dir, token, guestArgs...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run: %v %s", err, out)
 	}
@@ -503,7 +566,7 @@ func startContainer(t *testing.T, runtime string) *sandbox {
 }
 
 // removeTestContainers removes the containers of this test run.
-func removeTestContainers(t *testing.T) {
+func removeTestContainers(t testing.TB) {
 	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+runLabel+"="+runID).Output()
 	if err != nil {
 		t.Errorf("listing test containers: %v", err)
@@ -516,13 +579,14 @@ func removeTestContainers(t *testing.T) {
 	}
 }
 
-func startBwrap(t *testing.T, rootfs string, asPid1 bool) *sandbox {
+// bwrapCommand is a bubblewrap jail over rootfs whose guest dials a
+// socket in dir with token.
+func bwrapCommand(t testing.TB, rootfs, dir, token string, asPid1 bool, guestArgs ...string) *exec.Cmd {
 	t.Helper()
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
 		skipOrFail(t, "bubblewrap is not installed")
 	}
-	dir, token, ln := sandboxSocket(t)
 	args := []string{"--unshare-all", "--die-with-parent",
 		"--ro-bind", rootfs, "/",
 		"--ro-bind", guestBin, "/agentbox-guest",
@@ -530,16 +594,25 @@ func startBwrap(t *testing.T, rootfs string, asPid1 bool) *sandbox {
 		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"--uid", "1000", "--gid", "1000",
 	}
+	if asPid1 {
+		args = append(args, "--as-pid-1")
+	}
+	args = append(args, "/agentbox-guest")
+	cmd := exec.Command(bwrap, append(args, guestArgs...)...)
+	cmd.Env = []string{TokenEnv + "=" + token}
+	return cmd
+}
+
+func startBwrap(t *testing.T, rootfs string, asPid1 bool, guestArgs ...string) *sandbox {
+	t.Helper()
+	dir, token, ln := sandboxSocket(t)
+	cmd := bwrapCommand(t, rootfs, dir, token, asPid1, guestArgs...)
 	wantPid := 2 // bubblewrap keeps PID 1 for its own init
 	name := "bwrap"
 	if asPid1 {
-		args = append(args, "--as-pid-1")
 		wantPid = 1
 		name = "bwrap-as-pid-1"
 	}
-	args = append(args, "/agentbox-guest")
-	cmd := exec.Command(bwrap, args...)
-	cmd.Env = []string{TokenEnv + "=" + token}
 	var log syncBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {

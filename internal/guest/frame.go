@@ -62,8 +62,9 @@ const (
 	MaxFrameSize = 1 << 20
 	// maxErrorMessage bounds the text of a FrameError.
 	maxErrorMessage = 4096
-	// maxHello bounds a FrameHello: a token, a version string, a pid.
-	maxHello = 1024
+	// maxHello bounds a FrameHello: a token, a version string, a pid, a
+	// Landlock status.
+	maxHello = 2048
 )
 
 // exitPayloadSize is the fixed size of a FrameExit payload (see encodeExit).

@@ -21,7 +21,7 @@ import (
 // engine or bubblewrap into failures: CI sets it.
 const requireSetupEnv = "AGENTBOX_REQUIRE_SETUP"
 
-func skipOrFail(t *testing.T, reason string) {
+func skipOrFail(t testing.TB, reason string) {
 	t.Helper()
 	if os.Getenv(requireSetupEnv) == "1" {
 		t.Fatalf("%s=1 but %s", requireSetupEnv, reason)
@@ -48,7 +48,7 @@ func (s *syncBuffer) String() string {
 }
 
 // shortDir makes a directory whose socket paths fit the 108-byte limit.
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "abg")
 	if err != nil {
@@ -70,15 +70,15 @@ type hostGuest struct {
 	waitErr error
 }
 
-// startHostGuest starts a guest that inherits this process's environment
-// (with the canary) and waits for its connection.
-func startHostGuest(t *testing.T) *hostGuest {
+// startHostGuest starts a guest with args that inherits this process's
+// environment (with the canary) and waits for its connection.
+func startHostGuest(t *testing.T, args ...string) *hostGuest {
 	t.Helper()
 	token, err := NewToken()
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := startGuestProcess(t, filepath.Join(shortDir(t), "agentbox.sock"), token, token)
+	g := startGuestProcess(t, filepath.Join(shortDir(t), "agentbox.sock"), token, token, args...)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	g.conn, err = g.ln.Accept(ctx)
@@ -90,15 +90,15 @@ func startHostGuest(t *testing.T) *hostGuest {
 }
 
 // startGuestProcess listens on sock for listenToken and starts a guest
-// holding guestToken.
-func startGuestProcess(t *testing.T, sock, listenToken, guestToken string) *hostGuest {
+// holding guestToken, with args.
+func startGuestProcess(t *testing.T, sock, listenToken, guestToken string, args ...string) *hostGuest {
 	t.Helper()
 	ln, err := Listen(sock, listenToken, ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := &hostGuest{ln: ln, sock: sock, token: listenToken, log: &syncBuffer{}, waited: make(chan struct{})}
-	g.cmd = exec.Command(guestBin, "-socket", sock)
+	g.cmd = exec.Command(guestBin, append([]string{"-socket", sock}, args...)...)
 	g.cmd.Env = append(os.Environ(), TokenEnv+"="+guestToken)
 	g.cmd.Stderr = g.log
 	if err := g.cmd.Start(); err != nil {

@@ -225,7 +225,13 @@ func (l *Listener) handshake(nc *net.UnixConn) (*Conn, error) {
 		return nil, fmt.Errorf("answering hello: %w", err)
 	}
 	nc.SetDeadline(time.Time{})
-	info := GuestInfo{Version: h.GuestVersion, Pid: int(h.Pid)}
-	l.opts.Logger.Info("guest connected", "socket", l.path, "guest_version", info.Version, "guest_pid", info.Pid)
+	info := GuestInfo{Version: h.GuestVersion, Pid: int(h.Pid), Landlock: h.Landlock}
+	level := slog.LevelInfo
+	if info.Landlock.Mode != LandlockOff && !info.Landlock.Enforced {
+		// Asked for and missing: worth a look, whether the guest runs
+		// commands anyway (best effort) or refuses them (required).
+		level = slog.LevelWarn
+	}
+	l.opts.Logger.Log(context.Background(), level, "guest connected", "socket", l.path, "guest_version", info.Version, "guest_pid", info.Pid, "landlock", info.Landlock.String())
 	return newConn(nc, br, w, info, l.opts), nil
 }

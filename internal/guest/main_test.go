@@ -13,6 +13,15 @@ import (
 // guestBin is the agentbox-guest binary built for the tests that run it.
 var guestBin string
 
+// keepGuestEnv names a path to build the guest binary at instead of a
+// temporary directory (its directory must be reachable by uid 1000).
+// With prebuiltGuestEnv=1 the binary there is used as it is: to compare
+// builds in benchmarks.
+const (
+	keepGuestEnv     = "AGENTBOX_TEST_GUEST_BIN"
+	prebuiltGuestEnv = "AGENTBOX_TEST_GUEST_PREBUILT"
+)
+
 // canaryEnv is set in this test process: the guest inherits it, and no
 // command may ever see it.
 const canaryEnv = "AGENTBOX_TEST_CANARY_SECRET"
@@ -34,11 +43,18 @@ func runTests(m *testing.M) int {
 	// an unprivileged user.
 	os.Chmod(dir, 0o755)
 	guestBin = filepath.Join(dir, "agentbox-guest")
-	build := exec.Command("go", "build", "-trimpath", "-o", guestBin, "github.com/agentbox/agentbox/cmd/agentbox-guest")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building agentbox-guest: %v\n%s", err, out)
-		return 1
+	if p := os.Getenv(keepGuestEnv); p != "" {
+		// A binary that outlives the run, for profilers that resolve
+		// symbols afterwards (perf report).
+		guestBin = p
+	}
+	if os.Getenv(prebuiltGuestEnv) != "1" {
+		build := exec.Command("go", "build", "-trimpath", "-o", guestBin, "github.com/agentbox/agentbox/cmd/agentbox-guest")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building agentbox-guest: %v\n%s", err, out)
+			return 1
+		}
 	}
 	os.Setenv(canaryEnv, canaryValue)
 	code := m.Run()

@@ -48,11 +48,16 @@ type Hello struct {
 	Token        []byte
 	GuestVersion string
 	Pid          uint32
+	// Landlock is the guest's Landlock status. It travels after the
+	// fields above, and a hello without it decodes as the zero status
+	// (a guest from before Landlock, which never applies it).
+	Landlock LandlockStatus
 }
 
 const (
-	maxToken        = 256
-	maxGuestVersion = 128
+	maxToken          = 256
+	maxGuestVersion   = 128
+	maxLandlockDetail = 512
 )
 
 // Encode encodes h as a FrameHello payload.
@@ -62,8 +67,24 @@ func (h Hello) Encode() []byte {
 	e.bytes(h.Token)
 	e.bytes([]byte(h.GuestVersion))
 	e.u32(h.Pid)
+	l := h.Landlock
+	var flags uint8
+	if l.Enforced {
+		flags |= landlockEnforced
+	}
+	e.u8(uint8(l.Mode))
+	e.u8(uint8(min(max(l.ABI, 0), 255)))
+	e.u8(flags)
+	detail := l.Detail
+	if len(detail) > maxLandlockDetail {
+		detail = detail[:maxLandlockDetail]
+	}
+	e.bytes([]byte(detail))
 	return e.b
 }
+
+// Landlock status flags on the wire.
+const landlockEnforced = 1
 
 // DecodeHello decodes a FrameHello payload.
 func DecodeHello(p []byte) (Hello, error) {
@@ -72,11 +93,21 @@ func DecodeHello(p []byte) (Hello, error) {
 	h.Token = d.bytes(maxToken)
 	h.GuestVersion = string(d.bytes(maxGuestVersion))
 	h.Pid = d.u32()
+	if d.err == nil && len(d.b) > 0 {
+		mode := LandlockMode(d.u8())
+		abi := d.u8()
+		flags := d.u8()
+		detail := string(d.bytes(maxLandlockDetail))
+		if d.err == nil && (mode >= landlockModeEnd || flags&^landlockEnforced != 0) {
+			d.fail("bad landlock status")
+		}
+		h.Landlock = LandlockStatus{Mode: mode, ABI: int(abi), Enforced: flags&landlockEnforced != 0, Detail: detail}
+	}
 	if err := d.finish("hello"); err != nil {
 		return Hello{}, err
 	}
-	if !utf8.ValidString(h.GuestVersion) {
-		return Hello{}, fmt.Errorf("%w: hello: guest version is not UTF-8", ErrProtocol)
+	if !utf8.ValidString(h.GuestVersion) || !utf8.ValidString(h.Landlock.Detail) {
+		return Hello{}, fmt.Errorf("%w: hello: guest version or landlock detail is not UTF-8", ErrProtocol)
 	}
 	return h, nil
 }

@@ -125,6 +125,9 @@ type pumpResult struct {
 
 func (st *execStream) execute() (guest.ExecResult, error) {
 	req := &st.req
+	if reason := st.s.g.refuse; reason != "" {
+		return guest.ExecResult{}, &guest.StartError{Argv0: req.Argv[0], Kind: guest.ErrKindStart, Reason: reason}
+	}
 	var child []*os.File
 	var outs []outStream
 	var in io.WriteCloser

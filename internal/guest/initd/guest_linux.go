@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +28,8 @@ type Config struct {
 	Version string
 	// Logger receives the guest's few log lines.
 	Logger *slog.Logger
+	// Landlock is the Landlock policy of the commands.
+	Landlock Landlock
 }
 
 const (
@@ -55,9 +56,20 @@ type Guest struct {
 	mu      sync.Mutex
 	reapers map[int]*reaper
 
-	pool      chan *reaper // idle reapers, ready for a command
-	refilling atomic.Bool
-	devnull   *os.File
+	// reaperArgv is how a reaper is started.
+	reaperArgv []string
+	// poolMu guards idle and warming.
+	poolMu sync.Mutex
+	idle   []*reaper // idle reapers, ready for a command
+	// warming, while a reaper for the pool is being started, is closed
+	// once it is idle (or failed).
+	warming chan struct{}
+	devnull *os.File
+
+	// landlock is what the commands run under; refuse, when set, is why
+	// the guest runs no command at all (Landlock required and missing).
+	landlock guest.LandlockStatus
+	refuse   string
 
 	// sweepOrphans says orphans of commands may come to the guest: reapers
 	// cannot be subreapers, or the guest is PID 1 of a runtime that may
@@ -99,19 +111,27 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer devnull.Close()
 	g := &Guest{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		exe:     exe,
-		self:    self,
-		reapers: make(map[int]*reaper),
-		pool:    make(chan *reaper, maxIdleReapers),
-		devnull: devnull,
+		cfg:        cfg,
+		log:        cfg.Logger,
+		exe:        exe,
+		self:       self,
+		reapers:    make(map[int]*reaper),
+		reaperArgv: reaperArgv(cfg.Landlock),
+		devnull:    devnull,
 		// As PID 1 the sweep costs a scan of a few processes.
 		sweepOrphans: self == 1,
+	}
+	// The reaper TakeToken started before the guest re-executed itself
+	// is known before anything is reaped.
+	if r, err := g.adoptReaper(); err != nil {
+		g.log.Warn("adopting the first reaper", "error", err)
+	} else if r != nil {
+		g.idle = append(g.idle, r)
 	}
 
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
+	sigchld <- syscall.SIGCHLD // whatever died before Notify
 	go g.reapLoop(sigchld)
 	// As PID 1 only signals with a handler are delivered from inside the
 	// sandbox. A handler that drops them (never SIG_IGN, which commands
@@ -129,6 +149,15 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stop()
 
 	go g.refill()
+	// The hello says what the commands run under, so this comes before
+	// the first connection; it costs a thread and a few system calls.
+	g.landlock = probeLandlock(cfg.Landlock)
+	if cfg.Landlock.Mode == guest.LandlockRequired && !g.landlock.Enforced {
+		g.refuse = "landlock is required but cannot be enforced: " + g.landlock.Detail
+		g.log.Error("refusing every command", "reason", g.refuse)
+	} else if cfg.Landlock.Mode != guest.LandlockOff && !g.landlock.Enforced {
+		g.log.Warn("commands run without Landlock", "reason", g.landlock.Detail)
+	}
 	// A connection whose commands are stuck must not delay a shutdown:
 	// the loop runs apart, and the process ends with Run.
 	go g.connectLoop(ctx)
@@ -187,7 +216,7 @@ func (g *Guest) dial(ctx context.Context) (net.Conn, *bufio.Reader, error) {
 		return nil, nil, err
 	}
 	nc.SetDeadline(time.Now().Add(dialTimeout))
-	hello := guest.Hello{Version: guest.ProtocolVersion, Token: []byte(g.cfg.Token), GuestVersion: g.cfg.Version, Pid: uint32(g.self)}
+	hello := guest.Hello{Version: guest.ProtocolVersion, Token: []byte(g.cfg.Token), GuestVersion: g.cfg.Version, Pid: uint32(g.self), Landlock: g.landlock}
 	if _, err := nc.Write(guest.AppendFrame(nil, guest.FrameHello, 0, hello.Encode())); err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("sending hello: %w", err)
@@ -276,36 +305,65 @@ type reaper struct {
 	seq    uint32                  // stream id of its current command
 }
 
-// spawnReaper starts an idle reaper.
-func (g *Guest) spawnReaper() (*reaper, error) {
+// reaperArgv is the command line of a reaper with policy l.
+func reaperArgv(l Landlock) []string {
+	return append([]string{"agentbox-guest", ReaperArg}, l.reaperArgs()...)
+}
+
+// forkReaper starts a reaper: the guest binary at exe with argv, its
+// control socket as fd 3. It returns the guest's end of the socket,
+// close-on-exec.
+func forkReaper(exe string, argv []string, devnull uintptr) (pid, ctl int, err error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("reaper control socket: %w", err)
+		return 0, 0, fmt.Errorf("reaper control socket: %w", err)
 	}
-	r := &reaper{msgs: make(chan guest.Frame, 16), exited: make(chan syscall.WaitStatus, 1)}
-	g.mu.Lock()
-	pid, err := syscall.ForkExec(g.exe, []string{"agentbox-guest", ReaperArg}, &syscall.ProcAttr{
+	pid, err = syscall.ForkExec(exe, argv, &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   []string{"GOMAXPROCS=1"},
-		Files: []uintptr{g.devnull.Fd(), g.devnull.Fd(), 2, uintptr(fds[1])},
+		Files: []uintptr{devnull, devnull, 2, uintptr(fds[1])},
 	})
-	if err == nil {
-		r.pid = pid
-		g.reapers[pid] = r
-	}
-	g.mu.Unlock()
 	syscall.Close(fds[1])
 	if err != nil {
 		syscall.Close(fds[0])
-		return nil, fmt.Errorf("starting a reaper: %w", err)
+		return 0, 0, fmt.Errorf("starting a reaper: %w", err)
 	}
-	syscall.SetNonblock(fds[0], true)
-	f := os.NewFile(uintptr(fds[0]), "reaper-ctl")
+	return pid, fds[0], nil
+}
+
+// spawnReaper starts an idle reaper.
+func (g *Guest) spawnReaper() (*reaper, error) {
+	// Held across fork and register, so that reapLoop knows the pid.
+	g.mu.Lock()
+	pid, ctl, err := forkReaper(g.exe, g.reaperArgv, g.devnull.Fd())
+	if err != nil {
+		g.mu.Unlock()
+		return nil, err
+	}
+	r := g.registerReaper(pid)
+	g.mu.Unlock()
+	if err := r.attach(ctl); err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		return nil, err
+	}
+	return r, nil
+}
+
+// registerReaper makes a reaper known to reapLoop; g.mu must be held.
+func (g *Guest) registerReaper(pid int) *reaper {
+	r := &reaper{pid: pid, msgs: make(chan guest.Frame, 16), exited: make(chan syscall.WaitStatus, 1)}
+	g.reapers[pid] = r
+	return r
+}
+
+// attach starts reading the reaper's control socket ctl.
+func (r *reaper) attach(ctl int) error {
+	syscall.SetNonblock(ctl, true)
+	f := os.NewFile(uintptr(ctl), "reaper-ctl")
 	nc, err := net.FileConn(f)
 	f.Close()
 	if err != nil {
-		syscall.Kill(pid, syscall.SIGKILL)
-		return nil, fmt.Errorf("reaper control socket: %w", err)
+		return fmt.Errorf("reaper control socket: %w", err)
 	}
 	r.ctl = nc.(*net.UnixConn)
 	r.w = guest.NewFrameWriter(r.ctl, 2*time.Second)
@@ -323,36 +381,50 @@ func (g *Guest) spawnReaper() (*reaper, error) {
 			}
 		}
 	}()
-	return r, nil
+	return nil
 }
 
-// refill keeps an idle reaper ready.
+// refill keeps an idle reaper ready: it starts one unless one is idle or
+// being started.
 func (g *Guest) refill() {
-	if !g.refilling.CompareAndSwap(false, true) {
+	g.poolMu.Lock()
+	if len(g.idle) > 0 || g.warming != nil {
+		g.poolMu.Unlock()
 		return
 	}
-	defer g.refilling.Store(false)
-	if len(g.pool) > 0 {
-		return
-	}
+	done := make(chan struct{})
+	g.warming = done
+	g.poolMu.Unlock()
+
 	r, err := g.spawnReaper()
+	g.poolMu.Lock()
+	g.warming = nil
+	if err == nil && len(g.idle) < maxIdleReapers {
+		g.idle = append(g.idle, r)
+		r = nil
+	}
+	g.poolMu.Unlock()
+	close(done)
 	if err != nil {
 		g.log.Warn("starting an idle reaper", "error", err)
-		return
-	}
-	select {
-	case g.pool <- r:
-	default:
-		r.ctl.Close()
+	} else if r != nil {
+		r.ctl.Close() // it exits at EOF
 	}
 }
 
-// takeReaper returns a live idle reaper.
+// takeReaper returns a live idle reaper. When none is idle but one is
+// being started, it waits for that one: it started earlier than a new one
+// would (the first command of a sandbox finds the reaper that started
+// with the guest).
 func (g *Guest) takeReaper() (*reaper, error) {
 	defer func() { go g.refill() }()
+	waited := false
 	for {
-		select {
-		case r := <-g.pool:
+		g.poolMu.Lock()
+		if n := len(g.idle); n > 0 {
+			r := g.idle[n-1]
+			g.idle = g.idle[:n-1]
+			g.poolMu.Unlock()
 			select {
 			case <-r.exited:
 				r.ctl.Close()
@@ -360,18 +432,27 @@ func (g *Guest) takeReaper() (*reaper, error) {
 			default:
 				return r, nil
 			}
-		default:
+		}
+		warming := g.warming
+		g.poolMu.Unlock()
+		if warming == nil || waited {
 			return g.spawnReaper()
 		}
+		<-warming
+		waited = true
 	}
 }
 
 // putReaper keeps a reaper whose command ended cleanly for the next one.
 func (g *Guest) putReaper(r *reaper) {
 	syscall.Kill(r.pid, syscall.SIGCONT) // in case the command stopped it
-	select {
-	case g.pool <- r:
-	default:
+	g.poolMu.Lock()
+	keep := len(g.idle) < maxIdleReapers
+	if keep {
+		g.idle = append(g.idle, r)
+	}
+	g.poolMu.Unlock()
+	if !keep {
 		r.ctl.Close() // it exits at EOF
 	}
 }

@@ -17,6 +17,7 @@ type Config struct {
 	Token      string
 	Version    string
 	Logger     *slog.Logger
+	Landlock   Landlock
 }
 
 var errLinuxOnly = errors.New("agentbox-guest runs only on Linux")
@@ -25,7 +26,7 @@ var errLinuxOnly = errors.New("agentbox-guest runs only on Linux")
 func Run(ctx context.Context, cfg Config) error { return errLinuxOnly }
 
 // RunReaper fails: the guest needs Linux.
-func RunReaper() int { return 1 }
+func RunReaper(args []string) int { return 1 }
 
 // TakeToken fails: the guest needs Linux.
-func TakeToken() (string, error) { return "", errLinuxOnly }
+func TakeToken(l Landlock) (string, error) { return "", errLinuxOnly }

@@ -35,7 +35,7 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // FrameKill, and sends FrameExit once the command and everything it left
 // behind are dead and reaped; then it waits for the next command. If the
 // guest goes away, the reaper kills the tree and exits.
-func RunReaper() int {
+func RunReaper(args []string) int {
 	// A handler (not SIG_IGN, which the command would inherit) so that a
 	// stray signal from the sandbox does not end the reaper.
 	sigs := make(chan os.Signal, 8)
@@ -54,11 +54,19 @@ func RunReaper() int {
 	if err := protectGuest(os.Getppid()); err != nil {
 		fmt.Fprintf(os.Stderr, "agentbox-guest reaper: commands can signal the guest: %v\n", err)
 	}
-
 	r := &reaperState{
 		self: os.Getpid(),
 		w:    guest.NewFrameWriter(os.NewFile(ctlFD, "ctl"), 0),
 		cr:   &ctlReader{fd: ctlFD},
+	}
+	// Landlock too goes on the main thread, for the commands to inherit.
+	// The reaper's own needs (reading /proc, signalling its own tree) fit
+	// within the commands' ruleset.
+	if l, err := parseReaperArgs(args); err != nil {
+		r.refuse = fmt.Sprintf("reaper: %v", err)
+	} else if st, err := restrictThread(l); err != nil && l.Mode == guest.LandlockRequired {
+		// Best effort is the guest's to report: it probed the same.
+		r.refuse = "landlock is required but cannot be enforced: " + st.Detail
 	}
 	opens := make(chan guest.Frame)
 	go r.readControl(opens)
@@ -73,6 +81,8 @@ type reaperState struct {
 	self int
 	w    *guest.FrameWriter
 	cr   *ctlReader
+	// refuse, when set, is why this reaper runs no command.
+	refuse string
 
 	mu     sync.Mutex
 	id     uint32 // the current command's stream id; 0 between commands
@@ -143,6 +153,10 @@ func (r *reaperState) runOne(f guest.Frame) {
 	}
 	if len(fds) != 3 {
 		fail(guest.ErrKindInternal, "reaper: got %d file descriptors, want 3", len(fds))
+		return
+	}
+	if r.refuse != "" {
+		fail(guest.ErrKindStart, "%s", r.refuse)
 		return
 	}
 	r.mu.Lock() // held across the fork so that no signal misses the new pid

@@ -12,8 +12,14 @@ import (
 	"github.com/agentbox/agentbox/internal/guest"
 )
 
-// tokenFDEnv tells the re-executed guest which descriptor holds its token.
-const tokenFDEnv = "AGENTBOX_GUEST_TOKEN_FD"
+const (
+	// tokenFDEnv tells the re-executed guest which descriptor holds its
+	// token.
+	tokenFDEnv = "AGENTBOX_GUEST_TOKEN_FD"
+	// reaperEnv tells the re-executed guest the pid and control socket of
+	// the reaper started before the re-execution, as "PID:FD".
+	reaperEnv = "AGENTBOX_GUEST_REAPER"
+)
 
 // TakeToken returns the guest's token and makes sure no process of the
 // sandbox can read it. The token arrives in the environment, and a
@@ -21,7 +27,12 @@ const tokenFDEnv = "AGENTBOX_GUEST_TOKEN_FD"
 // its whole life; PR_SET_DUMPABLE hides it on Linux but not under gVisor.
 // So the guest re-executes itself (keeping its pid, 1) with the token in a
 // pipe instead: the new image's environment never held it.
-func TakeToken() (string, error) {
+//
+// Right before it re-executes, it starts the guest's first reaper (with
+// policy l), which Run adopts: the reaper's start, which under gVisor
+// costs as much as the guest's own, overlaps the re-executed guest's
+// start instead of delaying the first command.
+func TakeToken(l Landlock) (string, error) {
 	if v, ok := os.LookupEnv(tokenFDEnv); ok {
 		os.Unsetenv(tokenFDEnv)
 		fd, err := strconv.Atoi(v)
@@ -49,12 +60,12 @@ func TakeToken() (string, error) {
 	}
 	w.Close()
 	fd := r.Fd() // blocking, and kept across exec:
-	if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_SETFD, 0); e != 0 {
-		return "", fmt.Errorf("passing the token on: %w", e)
+	if err := keepOnExec(int(fd)); err != nil {
+		return "", fmt.Errorf("passing the token on: %w", err)
 	}
 	env := []string{tokenFDEnv + "=" + strconv.Itoa(int(fd))}
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, guest.TokenEnv+"=") && !strings.HasPrefix(e, tokenFDEnv+"=") {
+		if !strings.HasPrefix(e, guest.TokenEnv+"=") && !strings.HasPrefix(e, tokenFDEnv+"=") && !strings.HasPrefix(e, reaperEnv+"=") {
 			env = append(env, e)
 		}
 	}
@@ -62,6 +73,62 @@ func TakeToken() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("finding the guest binary: %w", err)
 	}
+	// Best effort: without it, Run starts the first reaper itself.
+	if v, err := preStartReaper(exe, l); err == nil {
+		env = append(env, reaperEnv+"="+v)
+	}
 	err = syscall.Exec(exe, os.Args, env)
 	return "", fmt.Errorf("re-executing the guest: %w", err)
+}
+
+// preStartReaper starts a reaper whose control socket survives the
+// guest's re-execution and returns the value of reaperEnv for it.
+func preStartReaper(exe string, l Landlock) (string, error) {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return "", err
+	}
+	defer devnull.Close() // close-on-exec in any case
+	pid, ctl, err := forkReaper(exe, reaperArgv(l), devnull.Fd())
+	if err != nil {
+		return "", err
+	}
+	if err := keepOnExec(ctl); err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		syscall.Close(ctl)
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d", pid, ctl), nil
+}
+
+func keepOnExec(fd int) error {
+	if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_SETFD, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// adoptReaper takes over the reaper TakeToken started, if any. It runs
+// before reapLoop, so that the reaper's pid is known when it is reaped.
+func (g *Guest) adoptReaper() (*reaper, error) {
+	v, ok := os.LookupEnv(reaperEnv)
+	if !ok {
+		return nil, nil
+	}
+	os.Unsetenv(reaperEnv)
+	ps, fs, _ := strings.Cut(v, ":")
+	pid, err1 := strconv.Atoi(ps)
+	fd, err2 := strconv.Atoi(fs)
+	if err1 != nil || err2 != nil || pid <= 0 || fd < 3 {
+		return nil, fmt.Errorf("bad %s %q", reaperEnv, v)
+	}
+	syscall.CloseOnExec(fd)
+	g.mu.Lock()
+	r := g.registerReaper(pid)
+	g.mu.Unlock()
+	if err := r.attach(fd); err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		return nil, err
+	}
+	return r, nil
 }
