@@ -111,7 +111,8 @@ type request struct {
 	method, path string
 	query        url.Values
 	body         any       // JSON-encoded unless raw is set
-	raw          io.Reader // sent as application/octet-stream
+	raw          io.Reader // sent as rawType, application/octet-stream by default
+	rawType      string
 	accept       string
 }
 
@@ -124,6 +125,9 @@ func (c *Client) do(ctx context.Context, rq request) (*http.Response, error) {
 	ctype := ""
 	if rq.raw != nil {
 		body, ctype = rq.raw, "application/octet-stream"
+		if rq.rawType != "" {
+			ctype = rq.rawType
+		}
 	} else if rq.body != nil {
 		b, err := json.Marshal(rq.body)
 		if err != nil {

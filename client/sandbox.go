@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"time"
+	"unicode/utf8"
 )
 
 // Limits are a sandbox's hard limits; zero fields take the daemon's defaults.
@@ -104,20 +105,99 @@ type ExecResult struct {
 	DurationMS      int64  `json:"duration_ms"`
 }
 
-// Exec runs a command in target (a workspace or sandbox ID), streaming its
-// output to stdout and stderr as it arrives.
-func (c *Client) Exec(ctx context.Context, target string, req Exec, stdout, stderr io.Writer) (ExecResult, error) {
-	var res ExecResult
-	path := "/v1/workspaces/" + esc(target) + "/exec"
+// execPath is the exec endpoint of target (a workspace or sandbox ID).
+func execPath(target, op string) string {
 	if len(target) > 3 && target[:3] == "sb_" {
-		path = "/v1/sandboxes/" + esc(target) + "/exec"
+		return "/v1/sandboxes/" + esc(target) + "/" + op
 	}
-	resp, err := c.do(ctx, request{method: "POST", path: path, body: req, accept: "application/x-ndjson"})
+	return "/v1/workspaces/" + esc(target) + "/" + op
+}
+
+// Exec runs a command in target (a workspace or sandbox ID), streaming its
+// output to stdout and stderr as it arrives. req.Stdin is the command's
+// whole input; ExecStdin streams it instead.
+func (c *Client) Exec(ctx context.Context, target string, req Exec, stdout, stderr io.Writer) (ExecResult, error) {
+	resp, err := c.do(ctx, request{method: "POST", path: execPath(target, "exec"), body: req, accept: "application/x-ndjson"})
 	if err != nil {
-		return res, err
+		return ExecResult{}, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	return readExecStream(resp.Body, stdout, stderr)
+}
+
+// ExecStdin runs a command like Exec while streaming stdin to it as it is
+// read: the request and the reply are one full-duplex HTTP exchange, so a
+// command can answer each line of its input before the next is sent. The
+// command sees the end of its input when stdin returns io.EOF; another
+// error from stdin kills the command. req.Stdin must be empty.
+//
+// ExecStdin returns when the command has ended; it does not wait for a Read
+// of stdin that is still blocked then (that Read's data is dropped).
+func (c *Client) ExecStdin(ctx context.Context, target string, req Exec, stdin io.Reader, stdout, stderr io.Writer) (ExecResult, error) {
+	if req.Stdin != "" {
+		return ExecResult{}, fmt.Errorf("exec: Stdin is set and a stdin stream is given: %w", ErrInvalid)
+	}
+	first, err := json.Marshal(req)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	pr, pw := io.Pipe()
+	defer pr.CloseWithError(errExecDone)
+	go pumpStdin(pw, append(first, '\n'), stdin)
+	resp, err := c.do(ctx, request{method: "POST", path: execPath(target, "exec"), raw: pr, rawType: "application/x-ndjson", accept: "application/x-ndjson"})
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer resp.Body.Close()
+	return readExecStream(resp.Body, stdout, stderr)
+}
+
+var errExecDone = errors.New("the exec ended")
+
+// stdinChunk is the most input one stdin line carries.
+const stdinChunk = 32 << 10
+
+// pumpStdin writes the request line, then stdin as stdin lines, to pw.
+func pumpStdin(pw *io.PipeWriter, first []byte, stdin io.Reader) {
+	if _, err := pw.Write(first); err != nil {
+		return
+	}
+	buf := make([]byte, stdinChunk)
+	var line []byte
+	for {
+		n, rerr := stdin.Read(buf)
+		if n > 0 {
+			line = line[:0]
+			if utf8.Valid(buf[:n]) {
+				line = append(line, `{"stdin":`...)
+				b, _ := json.Marshal(string(buf[:n]))
+				line = append(line, b...)
+			} else {
+				line = append(line, `{"stdin_b64":"`...)
+				line = base64.StdEncoding.AppendEncode(line, buf[:n])
+				line = append(line, '"')
+			}
+			line = append(line, "}\n"...)
+			if _, err := pw.Write(line); err != nil {
+				return // the exec ended
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			pw.Write([]byte(`{"stdin_eof":true}` + "\n"))
+			pw.Close()
+			return
+		}
+		if rerr != nil {
+			pw.CloseWithError(fmt.Errorf("reading stdin: %w", rerr))
+			return
+		}
+	}
+}
+
+// readExecStream reads an exec's NDJSON reply to its result.
+func readExecStream(body io.Reader, stdout, stderr io.Writer) (ExecResult, error) {
+	var res ExecResult
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 8<<20)
 	for sc.Scan() {
 		var line struct {
@@ -138,6 +218,7 @@ func (c *Client) Exec(ctx context.Context, target string, req Exec, stdout, stde
 		case line.Stream != "":
 			data := []byte(line.Data)
 			if line.DataB64 != "" {
+				var err error
 				if data, err = base64.StdEncoding.DecodeString(line.DataB64); err != nil {
 					return res, fmt.Errorf("decoding exec output: %w", err)
 				}

@@ -174,42 +174,21 @@ func (c *cli) sandboxRmCmd() *cobra.Command {
 
 func (c *cli) execCmd() *cobra.Command {
 	var req client.Exec
+	var noStdin bool
 	cmd := &cobra.Command{
-		Use:   "exec WS|SANDBOX [--timeout DUR] [--env K=V]... [--workdir DIR] -- CMD ARGS...",
+		Use:   "exec WS|SANDBOX [--timeout DUR] [--env K=V]... [--workdir DIR] [-n] -- CMD ARGS...",
 		Short: "Run a command in a workspace's sandbox; exits with the command's status",
-		Args:  cobra.MinimumNArgs(2),
+		Long: "Run a command in a workspace's sandbox; exits with the command's status.\n\n" +
+			"When agentbox's stdin is not a terminal (a pipe or a file), it streams to the command, " +
+			"which sees its end: `echo hi | agentbox exec WS -- cat` prints hi. -n gives the command no input.",
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Argv = args[1:]
-			cl, err := c.client()
-			if err != nil {
-				return err
+			var stdin io.Reader
+			if !noStdin && !isTerminal(c.stdin) {
+				stdin = c.stdin
 			}
-			var stdout, stderr io.Writer = c.stdout, c.stderr
-			if c.json {
-				stdout, stderr = io.Discard, io.Discard
-			}
-			res, err := cl.Exec(cmd.Context(), args[0], req, stdout, stderr)
-			if err != nil {
-				return err
-			}
-			if c.json {
-				if err := c.emit(map[string]any{"id": res.ExecID, "result": res}, nil); err != nil {
-					return err
-				}
-			} else if res.Replaced {
-				fmt.Fprintf(c.stderr, "agentbox: the workspace's sandbox was gone; ran in a new one (%s)\n", res.SandboxID)
-			}
-			switch {
-			case res.Lost:
-				fmt.Fprintf(c.stderr, "agentbox: the sandbox died during the command (exec %s lost)\n", res.ExecID)
-				return exitError{code: 255}
-			case res.TimedOut:
-				fmt.Fprintf(c.stderr, "agentbox: command timed out after %s; its process tree was killed\n", req.Timeout)
-				return exitError{code: 124}
-			case res.ExitCode != 0:
-				return exitError{code: res.ExitCode}
-			}
-			return nil
+			return c.runExec(cmd, args[0], req, stdin)
 		},
 	}
 	fl := cmd.Flags()
@@ -217,5 +196,46 @@ func (c *cli) execCmd() *cobra.Command {
 	fl.StringArrayVar(&req.Env, "env", nil, "KEY=VALUE (repeatable); nothing else is inherited")
 	fl.StringVar(&req.Workdir, "workdir", "", "working directory (default /workspace)")
 	fl.Int64Var(&req.MaxOutputBytes, "max-output", 0, "cap stdout and stderr each at this many bytes")
+	fl.BoolVarP(&noStdin, "no-stdin", "n", false, "do not send agentbox's stdin to the command (it reads end of file)")
 	return cmd
+}
+
+// runExec runs req in target, streaming stdin to it when not nil, and
+// returns the command's status as an exitError.
+func (c *cli) runExec(cmd *cobra.Command, target string, req client.Exec, stdin io.Reader) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	var stdout, stderr io.Writer = c.stdout, c.stderr
+	if c.json {
+		stdout, stderr = io.Discard, io.Discard
+	}
+	var res client.ExecResult
+	if stdin != nil {
+		res, err = cl.ExecStdin(cmd.Context(), target, req, stdin, stdout, stderr)
+	} else {
+		res, err = cl.Exec(cmd.Context(), target, req, stdout, stderr)
+	}
+	if err != nil {
+		return err
+	}
+	if c.json {
+		if err := c.emit(map[string]any{"id": res.ExecID, "result": res}, nil); err != nil {
+			return err
+		}
+	} else if res.Replaced {
+		fmt.Fprintf(c.stderr, "agentbox: the workspace's sandbox was gone; ran in a new one (%s)\n", res.SandboxID)
+	}
+	switch {
+	case res.Lost:
+		fmt.Fprintf(c.stderr, "agentbox: the sandbox died during the command (exec %s lost)\n", res.ExecID)
+		return exitError{code: 255}
+	case res.TimedOut:
+		fmt.Fprintf(c.stderr, "agentbox: command timed out after %s; its process tree was killed\n", req.Timeout)
+		return exitError{code: 124}
+	case res.ExitCode != 0:
+		return exitError{code: res.ExitCode}
+	}
+	return nil
 }

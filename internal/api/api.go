@@ -74,6 +74,8 @@ var routes = []route{
 	{"DELETE", "/v1/sandboxes/{id}", (*Server).removeSandbox},
 	{"POST", "/v1/sandboxes/{id}/exec", (*Server).exec},
 	{"POST", "/v1/workspaces/{id}/exec", (*Server).exec},
+	{"GET", "/v1/sandboxes/{id}/shell", (*Server).shell},
+	{"GET", "/v1/workspaces/{id}/shell", (*Server).shell},
 	{"GET", "/v1/events", (*Server).events},
 }
 

@@ -315,47 +315,21 @@ func (m *Manager) Exec(ctx context.Context, target string, req guest.ExecRequest
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return ExecOutcome{}, errdefs.Invalid("exec: the command is empty")
 	}
-	wsID := target
-	if ids.HasPrefix(target, "sb") {
-		sb, err := m.GetSandbox(ctx, target)
-		if err != nil {
-			return ExecOutcome{}, err
-		}
-		wsID = sb.WorkspaceID
+	wsID, err := m.targetWorkspace(ctx, target)
+	if err != nil {
+		return ExecOutcome{}, err
 	}
 	sb, lv, replaced, err := m.ensureSandbox(ctx, wsID)
 	if err != nil {
 		return ExecOutcome{}, err
 	}
-	argv, _ := json.Marshal(req.Argv)
-	rec := store.Exec{ID: ids.New("ex"), SandboxID: sb.ID, WorkspaceID: wsID, Argv: string(argv), State: store.ExecRunning, StartedAt: time.Now().UTC()}
-	if err := m.st.CreateExec(ctx, rec); err != nil {
+	rec, err := m.beginExec(ctx, sb, req.Argv)
+	if err != nil {
 		return ExecOutcome{}, err
 	}
 	res, err := lv.conn.Exec(ctx, req, stdin, stdout, stderr)
 	out := ExecOutcome{ExecResult: res, ExecID: rec.ID, SandboxID: sb.ID, Replaced: replaced}
-	bg := context.WithoutCancel(ctx)
-	rec.ExitCode, rec.Signal, rec.TimedOut = res.ExitCode, res.Signal, res.TimedOut
-	rec.StdoutBytes, rec.StderrBytes, rec.FinishedAt = res.StdoutBytes, res.StderrBytes, time.Now().UTC()
-	switch {
-	case err != nil:
-		rec.State = store.ExecKilled
-	case res.Lost:
-		rec.State = store.ExecLost
-	case res.TimedOut:
-		rec.State = store.ExecTimedOut
-	case res.Canceled:
-		rec.State = store.ExecKilled
-	default:
-		rec.State = store.ExecExited
-	}
-	m.st.FinishExec(bg, rec)
-	sb.LastActivityAt = rec.FinishedAt
-	if res.Lost {
-		m.markLost(bg, sb, "connection to the guest lost during exec "+rec.ID)
-	} else {
-		m.st.UpdateSandbox(bg, sb)
-	}
+	m.endExec(context.WithoutCancel(ctx), sb, rec, res, err)
 	if err != nil {
 		return out, fmt.Errorf("exec in sandbox %s: %w", sb.ID, err)
 	}

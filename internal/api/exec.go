@@ -1,0 +1,426 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/manager"
+)
+
+const (
+	// maxStdinField caps the stdin field of a one-document exec request.
+	maxStdinField = 16 << 20
+	// maxStreamLine caps one line of a streamed exec request (the request
+	// itself or one stdin chunk).
+	maxStreamLine = 1 << 20
+	// ndjsonType is the media type of NDJSON bodies, both ways.
+	ndjsonType = "application/x-ndjson"
+	// sseType selects Server-Sent Events output.
+	sseType = "text/event-stream"
+)
+
+// ExecRequest is a command to run. Output streams back as NDJSON lines
+// {"stream":"stdout"|"stderr","data":"..."} (or "data_b64" for bytes that
+// are not UTF-8), then one {"result": {...}} line; or, with "Accept:
+// text/event-stream", as stdout, stderr and result events.
+//
+// Sent as application/json, the request is one document and Stdin its
+// whole input. Sent as application/x-ndjson, it is the body's first line and
+// the input streams in the lines after it (StdinLine) while the output
+// streams back: the connection is full duplex.
+type ExecRequest struct {
+	Argv []string `json:"argv"`
+	// Env is the command's whole environment as KEY=VALUE entries.
+	Env []string `json:"env,omitempty"`
+	// Workdir defaults to /workspace.
+	Workdir string `json:"workdir,omitempty"`
+	// Timeout is a Go duration ("30s"); empty means none.
+	Timeout string `json:"timeout,omitempty"`
+	// MaxOutputBytes caps stdout and stderr each.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+	// Stdin is fed to the command (at most 16 MiB).
+	Stdin string `json:"stdin,omitempty"`
+}
+
+// StdinLine is one line of a streamed exec request after the first: a
+// chunk of input as text or as base64, or the end of the input. A body
+// that ends also ends the input.
+type StdinLine struct {
+	Stdin    string `json:"stdin,omitempty"`
+	StdinB64 string `json:"stdin_b64,omitempty"`
+	StdinEOF bool   `json:"stdin_eof,omitempty"`
+}
+
+// ExecLine is one line of an exec's NDJSON stream.
+type ExecLine struct {
+	Stream  string `json:"stream,omitempty"`
+	Data    string `json:"data,omitempty"`
+	DataB64 string `json:"data_b64,omitempty"`
+	Result  any    `json:"result,omitempty"`
+	Error   any    `json:"error,omitempty"`
+}
+
+// ExecResult is the last line of an exec stream.
+type ExecResult struct {
+	ExecID          string `json:"exec_id"`
+	SandboxID       string `json:"sandbox_id"`
+	Replaced        bool   `json:"replaced"`
+	ExitCode        int    `json:"exit_code"`
+	Signal          int    `json:"signal,omitempty"`
+	TimedOut        bool   `json:"timed_out"`
+	Canceled        bool   `json:"canceled,omitempty"`
+	Lost            bool   `json:"lost"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	StdoutBytes     int64  `json:"stdout_bytes"`
+	StderrBytes     int64  `json:"stderr_bytes"`
+	DurationMS      int64  `json:"duration_ms"`
+}
+
+func execResult(out manager.ExecOutcome) ExecResult {
+	return ExecResult{
+		ExecID: out.ExecID, SandboxID: out.SandboxID, Replaced: out.Replaced,
+		ExitCode: out.ExitCode, Signal: out.Signal, TimedOut: out.TimedOut, Canceled: out.Canceled, Lost: out.Lost,
+		StdoutTruncated: out.StdoutTruncated, StderrTruncated: out.StderrTruncated,
+		StdoutBytes: out.StdoutBytes, StderrBytes: out.StderrBytes, DurationMS: out.Duration.Milliseconds(),
+	}
+}
+
+// execStream writes an exec's output as NDJSON lines or SSE events. Its
+// methods are safe for concurrent use; the first write error (the client
+// went away) cancels the exec.
+type execStream struct {
+	mu     sync.Mutex
+	w      io.Writer
+	flush  func()
+	sse    bool
+	failed bool
+	cancel context.CancelFunc
+}
+
+func newExecStream(w http.ResponseWriter, sse bool, cancel context.CancelFunc) *execStream {
+	if sse {
+		w.Header().Set("Content-Type", sseType)
+		w.Header().Set("Cache-Control", "no-cache")
+	} else {
+		w.Header().Set("Content-Type", ndjsonType)
+	}
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	es := &execStream{w: w, sse: sse, cancel: cancel, flush: func() {}}
+	if flusher != nil {
+		es.flush = flusher.Flush
+	}
+	return es
+}
+
+// send writes one event: NDJSON line ndjson, or SSE event name with data.
+func (es *execStream) send(event string, ndjson ExecLine, data any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if es.sse {
+		buf.WriteString("event: " + event + "\ndata: ")
+		enc.Encode(data) // one line: JSON escapes every newline
+		buf.WriteString("\n")
+	} else {
+		enc.Encode(ndjson)
+	}
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	if es.failed {
+		return errClientGone
+	}
+	if _, err := es.w.Write(buf.Bytes()); err != nil {
+		es.failed = true
+		es.cancel()
+		return errClientGone
+	}
+	es.flush()
+	return nil
+}
+
+var errClientGone = errors.New("the client stopped reading the exec stream")
+
+type outputData struct {
+	Data    string `json:"data,omitempty"`
+	DataB64 string `json:"data_b64,omitempty"`
+}
+
+func (es *execStream) output(stream string, b []byte) error {
+	var d outputData
+	if utf8.Valid(b) {
+		d.Data = string(b)
+	} else {
+		d.DataB64 = base64.StdEncoding.EncodeToString(b)
+	}
+	return es.send(stream, ExecLine{Stream: stream, Data: d.Data, DataB64: d.DataB64}, d)
+}
+
+func (es *execStream) result(r ExecResult) { es.send("result", ExecLine{Result: r}, r) }
+
+func (es *execStream) fail(err error) {
+	e := errorBody(err).Error
+	es.send("error", ExecLine{Error: e}, e)
+}
+
+// streamWriter is one output stream of an exec.
+type streamWriter struct {
+	es     *execStream
+	stream string
+}
+
+func (sw streamWriter) Write(b []byte) (int, error) {
+	if err := sw.es.output(sw.stream, b); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+func mediaType(h string) string {
+	t, _, err := mime.ParseMediaType(h)
+	if err != nil {
+		return ""
+	}
+	return t
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	var req ExecRequest
+	streamed := mediaType(r.Header.Get("Content-Type")) == ndjsonType
+	var body *bufio.Reader
+	if streamed {
+		body = bufio.NewReaderSize(r.Body, 64<<10)
+		line, err := readLine(body, maxStreamLine)
+		if err == nil {
+			err = decodeStrict(line, &req)
+		}
+		if err != nil {
+			writeError(w, errdefs.Invalid("exec request (first line of the stream): %v", err))
+			return
+		}
+		if req.Stdin != "" {
+			writeError(w, errdefs.Invalid("exec request: a streamed request sends its input as stdin lines, not in the stdin field"))
+			return
+		}
+	} else {
+		r.Body = http.MaxBytesReader(w, r.Body, 17<<20)
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, errdefs.Invalid("exec request: %v", err))
+			return
+		}
+	}
+	greq, err := guestRequest(req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	var stdin io.Reader = strings.NewReader(req.Stdin)
+	var in *stdinPump
+	if streamed {
+		rc := http.NewResponseController(w)
+		if err := rc.EnableFullDuplex(); err != nil {
+			writeError(w, fmt.Errorf("streamed exec over this connection: %v: %w", err, errdefs.ErrUnavailable))
+			return
+		}
+		in = startStdinPump(body, cancel)
+		stdin = in.pr
+		defer in.stop(rc)
+	}
+	es := newExecStream(w, strings.Contains(r.Header.Get("Accept"), sseType), cancel)
+	out, err := s.m.Exec(ctx, r.PathValue("id"), greq, stdin, streamWriter{es, "stdout"}, streamWriter{es, "stderr"})
+	if in != nil {
+		if perr := in.err(); perr != nil {
+			err = perr // the cause of the cancellation
+		}
+	}
+	if err != nil {
+		es.fail(err)
+		return
+	}
+	es.result(execResult(out))
+}
+
+// guestRequest checks an API exec request and turns it into the guest's.
+func guestRequest(req ExecRequest) (guest.ExecRequest, error) {
+	if len(req.Argv) == 0 {
+		return guest.ExecRequest{}, errdefs.Invalid("exec request: argv is empty")
+	}
+	if len(req.Stdin) > maxStdinField {
+		return guest.ExecRequest{}, errdefs.Invalid("exec request: stdin over 16 MiB (stream it instead)")
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return guest.ExecRequest{}, err
+	}
+	greq := guest.ExecRequest{Argv: req.Argv, Env: req.Env, Dir: req.Workdir, MaxOutputBytes: req.MaxOutputBytes}
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			return greq, errdefs.Invalid("exec request: timeout %q is not a positive duration like 30s", req.Timeout)
+		}
+		greq.Timeout = d
+	}
+	return greq, nil
+}
+
+func checkEnv(env []string) error {
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return errdefs.Invalid("env entry %q is not KEY=VALUE", kv)
+		}
+	}
+	return nil
+}
+
+// decodeStrict decodes one JSON document, refusing unknown fields.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the JSON object")
+	}
+	return nil
+}
+
+var errLineTooLong = fmt.Errorf("line over %d bytes", maxStreamLine)
+
+// readLine reads one newline-terminated line of at most max bytes; the
+// last line may lack its newline. io.EOF means there is no line.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > max {
+			return nil, errLineTooLong
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			return line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return line, nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+// stdinPump turns the StdinLines of a streamed request body into the
+// command's input.
+type stdinPump struct {
+	pr   *io.PipeReader
+	done chan struct{}
+
+	mu      sync.Mutex
+	ended   bool
+	protErr error
+}
+
+var errExecEnded = errors.New("the command ended")
+
+func startStdinPump(body *bufio.Reader, cancel context.CancelFunc) *stdinPump {
+	pr, pw := io.Pipe()
+	p := &stdinPump{pr: pr, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		err := p.copy(body, pw)
+		pw.CloseWithError(err) // nil: the command sees EOF
+		if err == nil {
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.ended {
+			return // the command ended first: nothing more to say
+		}
+		if errdefs.Code(err) == "invalid" {
+			p.protErr = err
+		}
+		// A bad line, or a body that broke off (the client went away):
+		// the command's input is unknown, so the command is killed.
+		cancel()
+	}()
+	return p
+}
+
+func (p *stdinPump) copy(body *bufio.Reader, pw *io.PipeWriter) error {
+	for n := 1; ; n++ {
+		line, err := readLine(body, maxStreamLine)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, errLineTooLong) {
+				return errdefs.Invalid("exec stdin line %d: %v", n, err)
+			}
+			return fmt.Errorf("reading exec stdin: %w", err)
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var sl StdinLine
+		if err := decodeStrict(line, &sl); err != nil {
+			return errdefs.Invalid("exec stdin line %d: %v", n, err)
+		}
+		data := []byte(sl.Stdin)
+		if sl.StdinB64 != "" {
+			if data, err = base64.StdEncoding.DecodeString(sl.StdinB64); err != nil {
+				return errdefs.Invalid("exec stdin line %d: stdin_b64: %v", n, err)
+			}
+		}
+		if len(data) > 0 {
+			if _, err := pw.Write(data); err != nil {
+				return err // the command ended: the pipe was closed
+			}
+		}
+		if sl.StdinEOF {
+			return nil
+		}
+	}
+}
+
+// err is the protocol error that killed the command, if any.
+func (p *stdinPump) err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = true
+	return p.protErr
+}
+
+// stop ends the pump once the command has ended: a Read of the body still
+// blocked on the client is cut short by a read deadline in the past.
+func (p *stdinPump) stop(rc *http.ResponseController) {
+	p.mu.Lock()
+	p.ended = true
+	p.mu.Unlock()
+	p.pr.CloseWithError(errExecEnded)
+	select {
+	case <-p.done:
+	default:
+		rc.SetReadDeadline(time.Now())
+		<-p.done
+	}
+}
