@@ -305,6 +305,9 @@ type ExecOutcome struct {
 	// Replaced says the workspace's sandbox was gone and a new one was
 	// started with its last spec to run this command.
 	Replaced bool `json:"replaced"`
+	// OOMKilled says the command (or, on gVisor, its whole sandbox) was
+	// killed for exceeding the memory limit.
+	OOMKilled bool `json:"oom_killed"`
 }
 
 // Exec runs a command in the sandbox of target (a workspace or sandbox
@@ -327,8 +330,11 @@ func (m *Manager) Exec(ctx context.Context, target string, req guest.ExecRequest
 	if err != nil {
 		return ExecOutcome{}, err
 	}
+	oom := m.watchOOM(ctx, sb)
 	res, err := lv.conn.Exec(ctx, req, stdin, stdout, stderr)
 	out := ExecOutcome{ExecResult: res, ExecID: rec.ID, SandboxID: sb.ID, Replaced: replaced}
+	out.OOMKilled = m.oomKilled(context.WithoutCancel(ctx), oom, sb, rec.ID, res)
+	rec.OOM = out.OOMKilled
 	m.endExec(context.WithoutCancel(ctx), sb, rec, res, err)
 	if err != nil {
 		return out, fmt.Errorf("exec in sandbox %s: %w", sb.ID, err)

@@ -68,7 +68,10 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 		},
 		Mounts: []mount.Mount{
 			{Type: mount.TypeBind, Source: req.Guest, Target: sandbox.GuestPath, ReadOnly: true, BindOptions: private},
-			{Type: mount.TypeBind, Source: req.RunDir, Target: sandbox.RunDir, BindOptions: private},
+			// Read-only: the guest only connects to the daemon's socket
+			// there, which a read-only mount allows; a writable one would
+			// let the sandbox fill the daemon's disk outside every quota.
+			{Type: mount.TypeBind, Source: req.RunDir, Target: sandbox.RunDir, ReadOnly: true, BindOptions: private},
 			{Type: mount.TypeBind, Source: workspace, Target: sandbox.WorkspaceDir, BindOptions: private},
 		},
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},

@@ -297,7 +297,8 @@ func TestIsolationSettings(t *testing.T) {
 				case sandbox.GuestPath:
 					check("guest mount", m.Source == guestBin && m.ReadOnly, m)
 				case sandbox.RunDir:
-					check("run dir mount", m.Source == runDir && !m.ReadOnly, m)
+					// Read-only: the guest only connects to the socket there.
+					check("run dir mount", m.Source == runDir && m.ReadOnly, m)
 				case sandbox.WorkspaceDir:
 					// t.TempDir is not on a nosuid,nodev mount: the backend's
 					// own bind of it is what the sandbox gets.

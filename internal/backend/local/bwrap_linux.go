@@ -94,7 +94,10 @@ func bwrapArgs(j jailSpec) []string {
 		// /run is a tmpfs only to hold the two mount points (the image's
 		// root is read-only), then read-only itself.
 		"--tmpfs", "/run",
-		"--bind", j.st.run, sandbox.RunDir,
+		// Read-only: connecting to the daemon's socket needs no write
+		// access to the mount, and a writable run directory would let
+		// the sandbox fill the daemon's disk outside every quota.
+		"--ro-bind", j.st.run, sandbox.RunDir,
 		"--ro-bind", j.st.guest, sandbox.GuestPath,
 		"--remount-ro", "/run",
 		"--", sandbox.GuestPath,

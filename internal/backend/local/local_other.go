@@ -38,3 +38,6 @@ func (b *Backend) Pause(ctx context.Context, ref string) error          { return
 func (b *Backend) Resume(ctx context.Context, ref string) error         { return errNotLinux }
 func (b *Backend) Usage(ctx context.Context, ref string) (Usage, error) { return Usage{}, errNotLinux }
 func (b *Backend) GuestLog(ref string) string                           { return "" }
+
+// OOMKills fails off Linux.
+func (b *Backend) OOMKills(ctx context.Context, ref string) (uint64, error) { return 0, errNotLinux }
