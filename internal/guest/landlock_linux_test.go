@@ -162,7 +162,7 @@ func TestLandlock(t *testing.T) {
 	tests := []struct {
 		name         string
 		op, arg      string
-		locked, open string                  // the probe's answer with and without Landlock
+		locked, open string                          // the probe's answer with and without Landlock
 		setup        func()                          // before each probe
 		check        func(t *testing.T, locked bool) // the host's view after the probe
 	}{

@@ -8,7 +8,19 @@
 // kills the command's whole tree. The reaper starts the command, reports its
 // status, and kills what the command left behind when it exits; the guest
 // keeps one idle reaper ready so that a command does not wait for a Go
-// runtime to start.
+// runtime to start. The first one starts before anything else, even
+// before the guest re-executes itself to hide its token (TakeToken), and
+// the next one once a command has started, not while it starts.
+//
+// A reaper's main thread, which forks the commands, carries what the
+// commands inherit: a seccomp filter that keeps them from signalling,
+// tracing or limiting the guest, and, when the guest runs with --landlock,
+// a Landlock ruleset (landlock_linux.go): the root read-only, /workspace,
+// /tmp, /dev/shm, /dev/pts and a few devices writable, no TCP bind and TCP
+// connect only to the allowed ports, abstract unix sockets and signals
+// scoped to the command's own processes. The guest itself stays outside
+// it; it tries the ruleset on a throwaway thread to report, in its hello,
+// what the commands get.
 //
 // The guest itself is PID 1 (or a subreaper under a runtime that keeps
 // PID 1): it reaps every zombie, and kills any process that escaped its

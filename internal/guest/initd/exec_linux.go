@@ -245,6 +245,7 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 		}
 	}
 	wake.Stop()
+	go g.refill()
 	if err != nil {
 		var se *guest.StartError
 		if errors.As(err, &se) {

@@ -415,9 +415,9 @@ func (g *Guest) refill() {
 // takeReaper returns a live idle reaper. When none is idle but one is
 // being started, it waits for that one: it started earlier than a new one
 // would (the first command of a sandbox finds the reaper that started
-// with the guest).
+// with the guest). The caller refills the pool once its command runs, so
+// that the next reaper's start does not compete with this command's.
 func (g *Guest) takeReaper() (*reaper, error) {
-	defer func() { go g.refill() }()
 	waited := false
 	for {
 		g.poolMu.Lock()
@@ -467,12 +467,15 @@ func (r *reaper) run(req *guest.ExecRequest, files []*os.File) error {
 	}
 	r.ctl.SetWriteDeadline(time.Now().Add(2 * time.Second))
 	defer r.ctl.SetWriteDeadline(time.Time{})
-	// The descriptors ride on the header; the rest follows as plain data.
-	if _, _, err := r.ctl.WriteMsgUnix(frame[:guest.HeaderSize], syscall.UnixRights(fds...), nil); err != nil {
+	// One message with the descriptors, so that the reaper has the whole
+	// frame in one read: the descriptors ride on its first byte.
+	oob := syscall.UnixRights(fds...)
+	n, _, err := r.ctl.WriteMsgUnix(frame, oob, nil)
+	if err != nil {
 		return err
 	}
-	if _, err := r.ctl.Write(frame[guest.HeaderSize:]); err != nil {
-		return err
+	if n < len(frame) { // a full socket buffer: the rest as plain data
+		_, err = r.ctl.Write(frame[n:])
 	}
-	return nil
+	return err
 }
