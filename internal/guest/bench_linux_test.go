@@ -12,9 +12,6 @@ import (
 	"time"
 )
 
-// tokenFDEnv is initd's variable for a token passed in a descriptor.
-const tokenFDEnv = "AGENTBOX_GUEST_TOKEN_FD"
-
 // These benchmarks time what a sandbox's creator and its agent wait for.
 // Run them one at a time, on a quiet machine:
 //
@@ -55,7 +52,7 @@ func BenchmarkFirstExec(b *testing.B) {
 		w.Close()
 		defer r.Close()
 		cmd.ExtraFiles = []*os.File{r}
-		cmd.Env = []string{tokenFDEnv + "=3"}
+		cmd.Env = []string{TokenFDEnv + "=3"}
 		return startCmd(b, cmd)
 	}
 	docker := func(runtime string) starter {

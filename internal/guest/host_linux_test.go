@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -760,5 +761,57 @@ func TestPing(t *testing.T) {
 	wg.Wait()
 	if g.conn.Info().Pid != g.cmd.Process.Pid {
 		t.Errorf("guest says pid %d, it is %d", g.conn.Info().Pid, g.cmd.Process.Pid)
+	}
+}
+
+// TestTokenFromDescriptor starts a guest the way a backend that can pass
+// descriptors may: the token in an inherited pipe, not in the environment.
+func TestTokenFromDescriptor(t *testing.T) {
+	t.Parallel()
+	token, err := NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := shortDir(t) + "/agentbox.sock"
+	ln, err := Listen(sock, token, ListenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString(token)
+	w.Close()
+	cmd := exec.Command(guestBin, "-socket", sock)
+	cmd.Env = []string{TokenFDEnv + "=3"}
+	cmd.ExtraFiles = []*os.File{r}
+	var log syncBuffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("guest log:\n%s", log.String())
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatalf("the guest did not connect: %v", err)
+	}
+	defer c.Close()
+	res, out, _, err := run(t, c, ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("cat /proc/%d/environ; ls /proc/%d/fd", cmd.Process.Pid, cmd.Process.Pid)}, Env: hostEnv, Dir: "/"}, "")
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %v %+v", err, res)
+	}
+	if strings.Contains(out, token) {
+		t.Errorf("a command can read the token: %q", out)
 	}
 }

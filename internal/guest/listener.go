@@ -23,6 +23,12 @@ const (
 	// guest removes it from its own environment and makes itself
 	// non-dumpable so that commands cannot read it from /proc/1/environ.
 	TokenEnv = "AGENTBOX_GUEST_TOKEN"
+	// TokenFDEnv, instead of TokenEnv, names an inherited descriptor (a
+	// pipe whose write end is closed) that holds the token. A backend that
+	// can pass a descriptor to the guest (bubblewrap passes on what it
+	// inherits) saves the guest the re-execution that hides a token
+	// received in the environment: a whole Go runtime start.
+	TokenFDEnv = "AGENTBOX_GUEST_TOKEN_FD"
 	// SocketEnv overrides DefaultSocketPath for the guest.
 	SocketEnv = "AGENTBOX_GUEST_SOCKET"
 	// maxPendingHandshakes bounds connections that have not authenticated

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -46,14 +45,7 @@ func RunReaper(args []string) int {
 		for range sigs {
 		}
 	}()
-	// The command's end, and that of whatever it left behind, arrive as
-	// SIGCHLD. Waiting for them here rather than in a blocking wait4
-	// leaves the reaper's one P free while a command runs: a P held in a
-	// system call makes the runtime's sysmon poll every 20µs until it
-	// takes the P back, which cost the reaper 40% of its CPU time and put
-	// sysmon's ticks on the path of every command.
-	sigchld := make(chan os.Signal, 1)
-	signal.Notify(sigchld, syscall.SIGCHLD)
+	syscall.CloseOnExec(ctlFD)
 	// On the main thread, which stays locked: commands are forked from it
 	// and inherit its seccomp filter. Without a subreaper, orphans go to
 	// the guest, which then sweeps them itself (see Guest.sweepOrphans).
@@ -62,21 +54,10 @@ func RunReaper(args []string) int {
 	if err := protectGuest(os.Getppid()); err != nil {
 		fmt.Fprintf(os.Stderr, "agentbox-guest reaper: commands can signal the guest: %v\n", err)
 	}
-	// The control socket goes through the netpoller, for the same reason.
-	syscall.SetNonblock(ctlFD, true)
-	f := os.NewFile(ctlFD, "ctl")
-	nc, err := net.FileConn(f) // a close-on-exec copy
-	f.Close()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "agentbox-guest reaper: control socket: %v\n", err)
-		return 1
-	}
-	ctl := nc.(*net.UnixConn)
 	r := &reaperState{
-		self:    os.Getpid(),
-		w:       guest.NewFrameWriter(ctl, 0),
-		cr:      &ctlReader{c: ctl, oob: make([]byte, syscall.CmsgSpace(8*4))},
-		sigchld: sigchld,
+		self: os.Getpid(),
+		w:    guest.NewFrameWriter(os.NewFile(ctlFD, "ctl"), 0),
+		cr:   &ctlReader{fd: ctlFD},
 	}
 	// Landlock too goes on the main thread, for the commands to inherit.
 	// The reaper's own needs (reading /proc, signalling its own tree) fit
@@ -101,8 +82,7 @@ type reaperState struct {
 	w    *guest.FrameWriter
 	cr   *ctlReader
 	// refuse, when set, is why this reaper runs no command.
-	refuse  string
-	sigchld <-chan os.Signal
+	refuse string
 
 	mu     sync.Mutex
 	id     uint32 // the current command's stream id; 0 between commands
@@ -206,18 +186,12 @@ func (r *reaperState) runOne(f guest.Frame) {
 	var status syscall.WaitStatus
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
 			break // ECHILD: nothing of the command's is left
-		}
-		if pid == 0 {
-			// A SIGCHLD after this wait4 is buffered: none is missed; one
-			// from before it merely loops once more.
-			<-r.sigchld
-			continue
 		}
 		if pid != cpid {
 			continue
@@ -341,31 +315,38 @@ func checkExecutable(p string) error {
 // ctlReader reads the reaper's control socket, keeping the file
 // descriptors that arrive with the data.
 type ctlReader struct {
-	c   *net.UnixConn
-	oob []byte // used by Read only, which one goroutine calls
+	fd  int
 	mu  sync.Mutex
 	fds []int
 }
 
 func (c *ctlReader) Read(p []byte) (int, error) {
-	// Received close-on-exec (net asks for MSG_CMSG_CLOEXEC).
-	n, oobn, _, _, err := c.c.ReadMsgUnix(p, c.oob)
-	if oobn > 0 {
-		msgs, perr := syscall.ParseSocketControlMessage(c.oob[:oobn])
-		if perr == nil {
-			for i := range msgs {
-				if fds, err := syscall.ParseUnixRights(&msgs[i]); err == nil {
-					c.mu.Lock()
-					c.fds = append(c.fds, fds...)
-					c.mu.Unlock()
+	oob := make([]byte, syscall.CmsgSpace(8*4))
+	for {
+		n, oobn, _, _, err := syscall.Recvmsg(c.fd, p, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if oobn > 0 {
+			msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+			if err == nil {
+				for i := range msgs {
+					if fds, err := syscall.ParseUnixRights(&msgs[i]); err == nil {
+						c.mu.Lock()
+						c.fds = append(c.fds, fds...)
+						c.mu.Unlock()
+					}
 				}
 			}
 		}
+		if n == 0 {
+			return 0, io.EOF
+		}
+		return n, nil
 	}
-	if n == 0 && err == nil {
-		return 0, io.EOF
-	}
-	return n, err
 }
 
 func (c *ctlReader) takeFDs() []int {

@@ -13,9 +13,9 @@ import (
 )
 
 const (
-	// tokenFDEnv tells the re-executed guest which descriptor holds its
-	// token.
-	tokenFDEnv = "AGENTBOX_GUEST_TOKEN_FD"
+	// tokenFDEnv tells the guest which descriptor holds its token: the
+	// re-executed guest, or one started so by its backend.
+	tokenFDEnv = guest.TokenFDEnv
 	// reaperEnv tells the re-executed guest the pid and control socket of
 	// the reaper started before the re-execution, as "PID:FD".
 	reaperEnv = "AGENTBOX_GUEST_REAPER"
