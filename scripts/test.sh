@@ -9,6 +9,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 "$ROOT/scripts/setup.sh"
 cd "$ROOT"
+# The docker and gvisor tests run agentbox/busybox:latest; nothing is pulled,
+# so build it (seconds; a second run finds it matching its recipe and skips).
+build_agentbox
+"$AGENTBOX" image build --kind busybox
 # Checks that depend on the setup above fail instead of skipping.
 export AGENTBOX_REQUIRE_SETUP=1
 go vet ./...

@@ -22,6 +22,7 @@ func TestDependencies(t *testing.T) {
 	allowed := []string{
 		"github.com/agentbox/agentbox/cmd/agentbox-guest",
 		"github.com/agentbox/agentbox/internal/guest",
+		"github.com/agentbox/agentbox/internal/seccomp",
 		"golang.org/x/sys/",
 		"github.com/creack/pty",
 		"github.com/landlock-lsm/go-landlock/landlock/syscall",

@@ -59,6 +59,10 @@ type Limits struct {
 	TmpBytes int64 `json:"tmp_bytes"`
 }
 
+// MinPids is the lowest pids limit a sandbox may ask for: the guest is a
+// Go program (a handful of threads) and starts a reaper per exec.
+const MinPids = 32
+
 // DefaultLimits are applied where a spec leaves a limit at zero.
 var DefaultLimits = Limits{CPUs: 1, MemoryBytes: 1 << 30, Pids: 512, TmpBytes: 256 << 20}
 
@@ -104,10 +108,14 @@ func (s Spec) Validate() error {
 		return errdefs.Invalid("sandbox spec: cpus %g is outside 0.01..1024", l.CPUs)
 	case l.MemoryBytes < 16<<20:
 		return errdefs.Invalid("sandbox spec: memory %d bytes is under 16 MiB", l.MemoryBytes)
-	case l.Pids < 8 || l.Pids > 1<<22:
-		return errdefs.Invalid("sandbox spec: pids %d is outside 8..4194304", l.Pids)
+	case l.Pids < MinPids || l.Pids > 1<<22:
+		return errdefs.Invalid("sandbox spec: pids %d is outside %d..4194304 (the guest and its per-exec reapers need threads too)", l.Pids, MinPids)
 	case l.TmpBytes < 1<<20:
 		return errdefs.Invalid("sandbox spec: /tmp size %d bytes is under 1 MiB", l.TmpBytes)
+	case l.TmpBytes > l.MemoryBytes:
+		// /tmp is a tmpfs charged to the sandbox's memory: a larger one
+		// could only ever end in the OOM killer.
+		return errdefs.Invalid("sandbox spec: /tmp size %d bytes is over the memory limit %d bytes (/tmp is held in memory)", l.TmpBytes, l.MemoryBytes)
 	case s.Lifetime < 0:
 		return errdefs.Invalid("sandbox spec: lifetime %s is negative", s.Lifetime)
 	}

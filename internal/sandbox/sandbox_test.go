@@ -14,13 +14,20 @@ func TestSpecValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	edge := ok
+	edge.Limits.Pids, edge.Limits.TmpBytes = MinPids, edge.Limits.MemoryBytes
+	if err := edge.Validate(); err != nil {
+		t.Errorf("the lowest pids and the largest /tmp: %v", err)
+	}
 	bad := map[string]func(*Spec){
 		"no image":     func(s *Spec) { s.Image = "" },
 		"zero cpus":    func(s *Spec) { s.Limits.CPUs = 0.001 },
 		"absurd cpus":  func(s *Spec) { s.Limits.CPUs = 1e6 },
 		"tiny memory":  func(s *Spec) { s.Limits.MemoryBytes = 1024 },
 		"no pids":      func(s *Spec) { s.Limits.Pids = 1 },
+		"too few pids": func(s *Spec) { s.Limits.Pids = MinPids - 1 },
 		"tiny tmp":     func(s *Spec) { s.Limits.TmpBytes = 10 },
+		"tmp over mem": func(s *Spec) { s.Limits.TmpBytes = s.Limits.MemoryBytes + 1 },
 		"neg lifetime": func(s *Spec) { s.Lifetime = -1 },
 	}
 	for name, mutate := range bad {

@@ -23,8 +23,9 @@ const (
 )
 
 // containerConfig is the container of one sandbox. workspace is the host
-// path bind-mounted at /workspace (req.Files, or a nosuid,nodev bind of it).
-func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, workspace string) (*container.Config, *container.HostConfig) {
+// path bind-mounted at /workspace (req.Files, or a nosuid,nodev bind of it);
+// mask, when set, is the file bound over gVisor's extra device nodes.
+func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, workspace, mask string) (*container.Config, *container.HostConfig) {
 	l := spec.Limits
 	stop := int(b.stopTimeout.Seconds() + 0.999)
 	pids := l.Pids
@@ -85,8 +86,18 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 			PidsLimit:  &pids,
 		},
 	}
+	if mask != "" {
+		for _, dev := range gvisorExtraDevices {
+			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: mask, Target: dev, ReadOnly: true, BindOptions: private})
+		}
+	}
 	return cfg, host
 }
+
+// gvisorExtraDevices are nodes that runsc puts in every sandbox's /dev
+// beyond the minimal set runc makes. The gvisor backend binds an
+// unreadable empty file over each (see Backend.maskFile).
+var gvisorExtraDevices = []string{"/dev/fuse", "/dev/net/tun"}
 
 // engineErr classifies an error of an engine call.
 func engineErr(err error) error {

@@ -303,9 +303,18 @@ func TestIsolationSettings(t *testing.T) {
 					// t.TempDir is not on a nosuid,nodev mount: the backend's
 					// own bind of it is what the sandbox gets.
 					check("workspace mount", strings.HasPrefix(m.Source, b.mountDir+"/"+req.ID+"/") && !m.ReadOnly, m)
+				default:
+					// gVisor's extra device nodes, masked.
+					fi, err := os.Stat(m.Source)
+					check("mask of "+m.Target, b.runtime == RuntimeRunsc && slices.Contains(gvisorExtraDevices, m.Target) && m.ReadOnly &&
+						err == nil && isMask(fi), m)
 				}
 			}
-			check("mounts", len(h.Mounts) == 3 && len(targets) == 3, h.Mounts)
+			want := 3
+			if b.runtime == RuntimeRunsc {
+				want += len(gvisorExtraDevices)
+			}
+			check("mounts", len(h.Mounts) == want && len(targets) == want, h.Mounts)
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -123,7 +124,7 @@ func (b *Backend) sweepBinds(ctx context.Context) error {
 	var errs []error
 	for _, e := range entries {
 		id := e.Name()
-		if alive[id] || b.isCreating(id) {
+		if strings.HasPrefix(id, ".") || alive[id] || b.isCreating(id) {
 			continue
 		}
 		errs = append(errs, unmountAndRemove(b.bindPath(id)))
@@ -202,4 +203,42 @@ func removeEmptyTree(dir string) error {
 		return fmt.Errorf("removing workspace bind directory: %w", err)
 	}
 	return nil
+}
+
+// maskName is the file under MountDir that masks device nodes. Sandbox ids
+// never start with a dot, so the sweep of workspace binds passes it by.
+const maskName = ".mask"
+
+// maskFile returns an empty root-owned file of mode 0000, made once, to bind
+// over device nodes that a sandbox must not open: a non-root user without
+// capabilities gets EACCES from it, whatever the node was.
+func (b *Backend) maskFile() (string, error) {
+	p := filepath.Join(b.mountDir, maskName)
+	if fi, err := os.Lstat(p); err == nil && isMask(fi) {
+		return p, nil
+	}
+	if err := os.MkdirAll(b.mountDir, 0o700); err != nil {
+		return "", fmt.Errorf("mask file: %w", err)
+	}
+	tmp, err := os.CreateTemp(b.mountDir, maskName+".tmp-")
+	if err != nil {
+		return "", fmt.Errorf("mask file: %w", err)
+	}
+	tmp.Close()
+	if err := os.Chmod(tmp.Name(), 0); err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("mask file: %w", err)
+	}
+	// A rename replaces whatever stood there (a file of another mode, a
+	// symlink) in one step, and concurrent creates all end with a mask.
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("mask file: %w", err)
+	}
+	return p, nil
+}
+
+func isMask(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && fi.Mode().IsRegular() && fi.Mode().Perm() == 0 && fi.Size() == 0 && st.Uid == 0
 }

@@ -17,3 +17,7 @@ func (b *Backend) workspaceSource(id, files string) (string, func() error, error
 func (b *Backend) releaseBind(id string) error { return nil }
 
 func (b *Backend) sweepBinds(ctx context.Context) error { return nil }
+
+func (b *Backend) maskFile() (string, error) {
+	return "", errdefs.Invalid("the %s backend creates sandboxes only on Linux", b.name)
+}

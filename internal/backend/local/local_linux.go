@@ -24,6 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/seccomp"
 )
 
 // Log keys.
@@ -135,7 +136,7 @@ func New(opts Options) (*Backend, error) {
 	if err := cg.ensureParent(); err != nil {
 		return fail("cgroup %s: %v: %w", opts.CgroupParent, err, errdefs.ErrUnavailable)
 	}
-	filter, err := seccompFilter()
+	filter, err := seccomp.Build(seccomp.Options{})
 	if err != nil {
 		return fail("%v: %w", err, errdefs.ErrUnavailable)
 	}
@@ -172,7 +173,7 @@ func New(opts Options) (*Backend, error) {
 		log:      opts.Logger.With(logBackend, Name),
 		bwrap:    bwrap,
 		cg:       cg,
-		filter:   filter,
+		filter:   filter.Bytes(),
 		masks:    presentProcMasks(),
 		stageDir: opts.StageDir,
 		sp:       sp,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/seccomp"
 )
 
 // ReaperArg is the first argument that makes the guest binary a reaper.
@@ -46,23 +48,35 @@ func RunReaper(args []string) int {
 		}
 	}()
 	syscall.CloseOnExec(ctlFD)
+	// Nothing but the three descriptors of each command reaches it, even
+	// if the guest (or what started it) leaked one to this process.
+	closeOnExecAbove(ctlFD)
 	// On the main thread, which stays locked: commands are forked from it
 	// and inherit its seccomp filter. Without a subreaper, orphans go to
 	// the guest, which then sweeps them itself (see Guest.sweepOrphans).
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-	if err := protectGuest(os.Getppid()); err != nil {
-		fmt.Fprintf(os.Stderr, "agentbox-guest reaper: commands can signal the guest: %v\n", err)
+	// The same filter as the local jail's, with the guest protected: the
+	// commands of every backend get the same refusals (see package
+	// seccomp). A reaper that cannot install it runs no command.
+	var refuse string
+	if f, err := seccomp.Build(seccomp.Options{Protect: []int{os.Getppid()}}); err != nil {
+		refuse = "reaper: " + err.Error()
+	} else if err := f.InstallThread(); err != nil {
+		refuse = "reaper: " + err.Error()
 	}
 	r := &reaperState{
-		self: os.Getpid(),
-		w:    guest.NewFrameWriter(os.NewFile(ctlFD, "ctl"), 0),
-		cr:   &ctlReader{fd: ctlFD},
+		self:   os.Getpid(),
+		w:      guest.NewFrameWriter(os.NewFile(ctlFD, "ctl"), 0),
+		cr:     &ctlReader{fd: ctlFD},
+		refuse: refuse,
 	}
 	// Landlock too goes on the main thread, for the commands to inherit.
 	// The reaper's own needs (reading /proc, signalling its own tree) fit
 	// within the commands' ruleset.
-	if l, err := parseReaperArgs(args); err != nil {
+	if r.refuse != "" {
+		// Already refusing: no command runs without the filter.
+	} else if l, err := parseReaperArgs(args); err != nil {
 		r.refuse = fmt.Sprintf("reaper: %v", err)
 	} else if st, err := restrictThread(l); err != nil && l.Mode == guest.LandlockRequired {
 		// Best effort is the guest's to report: it probed the same.
@@ -355,4 +369,21 @@ func (c *ctlReader) takeFDs() []int {
 	fds := c.fds
 	c.fds = nil
 	return fds
+}
+
+// closeOnExecAbove marks every descriptor above fd close-on-exec.
+func closeOnExecAbove(fd int) {
+	if unix.CloseRange(uint(fd+1), ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return
+	}
+	// Kernels before 5.11 and gVisor 2022 lack the flag: walk the table.
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n > fd {
+			syscall.CloseOnExec(n)
+		}
+	}
 }

@@ -59,23 +59,26 @@ func TakeToken(l Landlock) (string, error) {
 		return "", fmt.Errorf("passing the token on: %w", err)
 	}
 	w.Close()
-	fd := r.Fd() // blocking, and kept across exec:
-	if err := keepOnExec(int(fd)); err != nil {
-		return "", fmt.Errorf("passing the token on: %w", err)
-	}
-	env := []string{tokenFDEnv + "=" + strconv.Itoa(int(fd))}
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, guest.TokenEnv+"=") && !strings.HasPrefix(e, tokenFDEnv+"=") && !strings.HasPrefix(e, reaperEnv+"=") {
-			env = append(env, e)
-		}
-	}
 	exe, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("finding the guest binary: %w", err)
 	}
-	// Best effort: without it, Run starts the first reaper itself.
+	var env []string
+	// Best effort: without it, Run starts the first reaper itself. It
+	// starts while the token pipe is still close-on-exec: a reaper passes
+	// every descriptor it inherits on to the commands it forks.
 	if v, err := preStartReaper(exe, l); err == nil {
 		env = append(env, reaperEnv+"="+v)
+	}
+	fd := r.Fd() // blocking, and kept across exec:
+	if err := keepOnExec(int(fd)); err != nil {
+		return "", fmt.Errorf("passing the token on: %w", err)
+	}
+	env = append(env, tokenFDEnv+"="+strconv.Itoa(int(fd)))
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, guest.TokenEnv+"=") && !strings.HasPrefix(e, tokenFDEnv+"=") && !strings.HasPrefix(e, reaperEnv+"=") {
+			env = append(env, e)
+		}
 	}
 	err = syscall.Exec(exe, os.Args, env)
 	return "", fmt.Errorf("re-executing the guest: %w", err)

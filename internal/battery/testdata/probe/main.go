@@ -86,6 +86,8 @@ func main() {
 		burn(args[0])
 	case "flood":
 		flood(atoi(args[0]))
+	case "forkbomb":
+		forkbomb()
 	case "orphans":
 		orphans(atoi(args[0]), args[1])
 	case "zombify":
@@ -424,7 +426,14 @@ func fds() {
 			continue
 		}
 		target, _ := os.Readlink("/proc/self/fd/" + name)
-		fmt.Printf("fd %d %s\n", fd, target)
+		// A descriptor that survived the exec cannot be close-on-exec;
+		// the probe's own runtime opens its files (cgroup limits, the
+		// netpoller) close-on-exec.
+		how := "inherited"
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && fl&unix.FD_CLOEXEC != 0 {
+			how = "own"
+		}
+		fmt.Printf("fd %d %s %s\n", fd, how, target)
 	}
 	unix.Close(dfd)
 }
@@ -557,8 +566,18 @@ func devs(extra []string) {
 			fmt.Println("dev", p)
 			return fs.SkipDir
 		}
-		if p != "/dev" && (p != "/dev/pts" || true) {
-			fmt.Println("dev", p)
+		if p != "/dev" {
+			// What a command gets when it opens the entry: a node
+			// masked by the runtime lists but does not open.
+			kind := "dir"
+			if !d.IsDir() {
+				f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+				if err == nil {
+					f.Close()
+				}
+				kind = "open=" + errOf(err)
+			}
+			fmt.Println("dev", p, kind)
 		}
 		if p == "/dev/pts" {
 			return fs.SkipDir
@@ -886,4 +905,16 @@ func zombies() {
 	}
 	sort.Strings(z)
 	fmt.Printf("zombies %d %s\n", len(z), strings.Join(z, ","))
+}
+
+// forkbomb forks for ever and waits for nothing: every child does the same,
+// and a failed fork is tried again, so the bomb sits at its pids limit
+// (zombies count) with every process spinning. A shell cannot do this:
+// busybox sh exits when a fork fails. The children run only this loop of
+// raw system calls, which a copy of one Go thread can do.
+func forkbomb() {
+	fmt.Println("bombing")
+	for {
+		syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package local
+package seccomp
 
 import "golang.org/x/sys/unix"
 
@@ -16,3 +16,7 @@ var archDeniedSyscalls = []uint32{
 	unix.SYS_CREATE_MODULE, unix.SYS_GET_KERNEL_SYMS, unix.SYS_QUERY_MODULE,
 	unix.SYS_USELIB, unix.SYS_USTAT, unix.SYS_SYSFS, unix.SYS__SYSCTL, unix.SYS_NFSSERVCTL,
 }
+
+// archMknod are the mknod calls of x86_64, with the index of their mode
+// argument: the old mknod exists here besides mknodat.
+var archMknod = []syscallArg{{unix.SYS_MKNOD, 1}, {unix.SYS_MKNODAT, 2}}

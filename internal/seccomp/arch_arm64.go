@@ -1,6 +1,6 @@
 //go:build linux
 
-package local
+package seccomp
 
 import "golang.org/x/sys/unix"
 
@@ -12,3 +12,6 @@ func nativeAudit() (uint32, bool) { return unix.AUDIT_ARCH_AARCH64, true }
 
 // archDeniedSyscalls exist only on arm64.
 var archDeniedSyscalls = []uint32{unix.SYS_NFSSERVCTL}
+
+// archMknod: arm64 has only mknodat.
+var archMknod = []syscallArg{{unix.SYS_MKNODAT, 2}}
