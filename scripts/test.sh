@@ -9,10 +9,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-# The docker and gvisor tests run agentbox/busybox:latest; nothing is pulled,
-# so build it (seconds; a second run finds it matching its recipe and skips).
+# Nothing is pulled: build the images the tests run. busybox (seconds) for
+# most tests; Debian (debootstrap from Debian's mirror: minutes the first
+# time) for git inside a sandbox. A second run finds each matching its
+# recipe and skips it. Both land in the engine and, unpacked for the local
+# backend, in the default data dir.
 build_agentbox
 "$AGENTBOX" image build --kind busybox
+"$AGENTBOX" image build --kind debian
 # Checks that depend on the setup above fail instead of skipping.
 export AGENTBOX_REQUIRE_SETUP=1
 go vet ./...

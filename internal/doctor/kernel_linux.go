@@ -97,7 +97,13 @@ func overlayProbe(ctx context.Context, dir string) error {
 			}
 			return nil
 		}()
-		if uerr := unix.Unmount(merged, 0); uerr != nil {
+		uerr := unix.Unmount(merged, 0)
+		if errors.Is(uerr, unix.EBUSY) {
+			// A process forked while the mount existed may hold it for a
+			// moment; that says nothing about overlay. Detach lazily.
+			uerr = unix.Unmount(merged, unix.MNT_DETACH)
+		}
+		if uerr != nil {
 			// The namespace dies with its thread, which drops the mount anyway.
 			err = errors.Join(err, fmt.Errorf("unmount: %w", uerr))
 		}
