@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -258,5 +259,63 @@ func TestSandboxCreateRollsBack(t *testing.T) {
 	// And a normal create works afterwards.
 	if _, err := h.m.CreateSandbox(ctx, w.ID, sandbox.Spec{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStopDuringExec: a sandbox stopped while a command runs in it stays
+// stopped. The command ends (lost: its environment went away), and
+// recording that end neither undoes the stop nor calls it a loss; the
+// sandbox's last activity still moves forward.
+func TestStopDuringExec(t *testing.T) {
+	h, _ := sandboxHarness(t)
+	ctx := t.Context()
+	w := h.create(CreateRequest{Repo: h.repo.ID})
+	res, _, _ := h.exec(w.ID, "true")
+	sbID := res.SandboxID
+	before, err := h.m.GetSandbox(ctx, sbID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan ExecOutcome, 1)
+	go func() {
+		res, _ := h.m.Exec(ctx, w.ID, guest.ExecRequest{Argv: []string{"sleep", "60"}, Env: []string{"PATH=/bin"}, Timeout: time.Minute}, nil, io.Discard, io.Discard)
+		done <- res
+	}()
+	// The command is running once its record says so.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		execs, _ := h.st.ListExecs(ctx, store.ExecFilter{SandboxID: sbID})
+		if len(execs) == 2 && execs[1].State == store.ExecRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the long command never showed as running: %+v", execs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := h.m.StopSandbox(ctx, sbID); err != nil {
+		t.Fatal(err)
+	}
+	var out ExecOutcome
+	select {
+	case out = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command did not end after its sandbox was stopped")
+	}
+	if out.ExitCode == 0 || out.TimedOut {
+		t.Errorf("the command in the stopped sandbox ended %+v", out.ExecResult)
+	}
+	after, err := h.m.GetSandbox(ctx, sbID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.State != string(sandbox.StateStopped) {
+		t.Errorf("state after a stop during an exec = %s, want stopped", after.State)
+	}
+	if !after.LastActivityAt.After(before.LastActivityAt) {
+		t.Errorf("last activity %v did not move past %v", after.LastActivityAt, before.LastActivityAt)
+	}
+	if ev := h.events(w.ID, "sandbox.lost"); len(ev) != 0 {
+		t.Errorf("%d sandbox.lost events for a stopped sandbox", len(ev))
 	}
 }

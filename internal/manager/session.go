@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -167,11 +168,20 @@ func (m *Manager) endExec(ctx context.Context, sb store.Sandbox, rec store.Exec,
 	default:
 		rec.State = store.ExecExited
 	}
-	m.st.FinishExec(ctx, rec)
-	sb.LastActivityAt = rec.FinishedAt
+	// Also the sandbox's last activity, and nothing else of it: sb is the
+	// row as it was when the command started, and writing it back would
+	// undo a stop or a loss recorded while the command ran.
+	if err := m.st.FinishExec(ctx, rec); err != nil {
+		m.log.WarnContext(ctx, "recording an exec's end", KeySandbox, sb.ID, "exec_id", rec.ID, "err", err)
+	}
 	if res.Lost {
-		m.markLost(ctx, sb, "connection to the guest lost during exec "+rec.ID)
-	} else {
-		m.st.UpdateSandbox(ctx, sb)
+		// Only a sandbox still running was lost: one stopped or removed
+		// while the command ran ended the command, not the other way.
+		l := m.lock("sb:" + sb.WorkspaceID)
+		l.Lock()
+		defer l.Unlock()
+		if cur, err := m.st.GetSandbox(ctx, sb.ID); err == nil && cur.State == string(sandbox.StateRunning) {
+			m.markLost(ctx, cur, "connection to the guest lost during exec "+rec.ID)
+		}
 	}
 }

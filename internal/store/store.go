@@ -248,7 +248,9 @@ type Store interface {
 
 	CreateExec(ctx context.Context, e Exec) error
 	// FinishExec records an exec's outcome (every field but the IDs, argv
-	// and start time).
+	// and start time) and, in the same transaction, moves its sandbox's
+	// last activity forward to e.FinishedAt. Nothing else of the sandbox
+	// changes: a state change made while the command ran stands.
 	FinishExec(ctx context.Context, e Exec) error
 	GetExec(ctx context.Context, id string) (Exec, error)
 	ListExecs(ctx context.Context, f ExecFilter) ([]Exec, error)

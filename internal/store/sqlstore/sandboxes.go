@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"github.com/agentbox/agentbox/internal/errdefs"
 
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -90,11 +91,31 @@ func (s *Store) CreateExec(ctx context.Context, e store.Exec) error {
 	return classify(err, "exec "+e.ID)
 }
 
+// FinishExec is one transaction, so one commit (one fsync of the WAL) per
+// exec besides CreateExec's.
 func (s *Store) FinishExec(ctx context.Context, e store.Exec) error {
-	return execOne(ctx, s.db, "exec "+e.ID,
+	what := "exec " + e.ID
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err, what)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx,
 		`UPDATE execs SET state=$2, exit_code=$3, signal=$4, timed_out=$5, oom=$6, cpu_ns=$7, peak_mem_bytes=$8, stdout_bytes=$9, stderr_bytes=$10, finished_at=$11 WHERE id=$1`,
 		e.ID, e.State, e.ExitCode, e.Signal, boolInt(e.TimedOut), boolInt(e.OOM), e.CPUNanos, e.PeakMemBytes,
 		e.StdoutBytes, e.StderrBytes, ts(e.FinishedAt))
+	if err != nil {
+		return classify(err, what)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s %w", what, errdefs.ErrNotFound)
+	}
+	if _, err := tx.ExecContext(ctx,
+		`UPDATE sandboxes SET last_activity_at=$2 WHERE id=(SELECT sandbox_id FROM execs WHERE id=$1) AND last_activity_at < $2`,
+		e.ID, ts(e.FinishedAt)); err != nil {
+		return classify(err, what)
+	}
+	return classify(tx.Commit(), what)
 }
 
 func (s *Store) GetExec(ctx context.Context, id string) (store.Exec, error) {

@@ -23,6 +23,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Events", func(t *testing.T) { testEvents(t, open(t, newStore)) })
 	t.Run("Sandboxes", func(t *testing.T) { testSandboxes(t, open(t, newStore)) })
 	t.Run("Execs", func(t *testing.T) { testExecs(t, open(t, newStore)) })
+	t.Run("ExecActivity", func(t *testing.T) { testExecActivity(t, open(t, newStore)) })
 	t.Run("ConcurrentWriters", func(t *testing.T) { testConcurrent(t, open(t, newStore)) })
 }
 
@@ -435,5 +436,58 @@ func testExecs(t *testing.T, s store.Store) {
 	sb1, _ := s.ListExecs(ctx, store.ExecFilter{SandboxID: "sb_1"})
 	if d := cmp.Diff([]string{"ex_1", "ex_3"}, ids(sb1, id)); d != "" {
 		t.Errorf("ListExecs sb_1 (-want +got):\n%s", d)
+	}
+}
+
+// testExecActivity: finishing an exec moves its sandbox's last activity
+// forward and changes nothing else of it, so a state change made while
+// the command ran (a stop, a loss) is not undone.
+func testExecActivity(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	if err := s.CreateRepo(ctx, repo("repo_a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateWorkspace(ctx, ws("ws_1", "repo_a", "")); err != nil {
+		t.Fatal(err)
+	}
+	sb := sandbox("sb_1", "ws_1")
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	start := sb.LastActivityAt.Add(time.Second)
+	e := store.Exec{ID: "ex_1", SandboxID: "sb_1", WorkspaceID: "ws_1", Argv: `["true"]`, State: store.ExecRunning, StartedAt: start}
+	if err := s.CreateExec(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	// While it runs, the sandbox is stopped.
+	stopped := sb
+	stopped.State = "stopped"
+	if err := s.UpdateSandbox(ctx, stopped); err != nil {
+		t.Fatal(err)
+	}
+	e.State, e.FinishedAt = store.ExecExited, start.Add(time.Minute)
+	if err := s.FinishExec(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	want := stopped
+	want.LastActivityAt = e.FinishedAt
+	got, err := s.GetSandbox(ctx, "sb_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("sandbox after FinishExec (-want +got):\n%s", d)
+	}
+	// An exec that finishes late never moves the activity back.
+	old := store.Exec{ID: "ex_0", SandboxID: "sb_1", WorkspaceID: "ws_1", Argv: `["true"]`, State: store.ExecRunning, StartedAt: start}
+	if err := s.CreateExec(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	old.State, old.FinishedAt = store.ExecExited, start.Add(time.Second)
+	if err := s.FinishExec(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetSandbox(ctx, "sb_1"); !got.LastActivityAt.Equal(e.FinishedAt) {
+		t.Errorf("last activity %v after an earlier exec finished, want %v", got.LastActivityAt, e.FinishedAt)
 	}
 }
