@@ -18,8 +18,9 @@ import (
 // default one. A backend that cannot start here is left out and logged;
 // a sandbox that asks for it then gets a clear error. The returned func
 // releases what the backends hold (the local backend's jails die with it).
-func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[string]sandbox.Backend, string, func()) {
+func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[string]sandbox.Backend, map[string]string, string, func()) {
 	out := map[string]sandbox.Backend{}
+	unavailable := map[string]string{}
 	closers := []func() error{}
 	for _, o := range []docker.Options{
 		{Name: docker.NameDocker, Runtime: docker.RuntimeRunc, Host: cfg.DockerHost},
@@ -33,6 +34,7 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[str
 		}
 		if err != nil {
 			log.Warn("execution backend unavailable", "backend", o.Name, "err", err)
+			unavailable[o.Name] = err.Error()
 			continue
 		}
 		out[o.Name] = b
@@ -44,6 +46,7 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[str
 	})
 	if err != nil {
 		log.Warn("execution backend unavailable", "backend", local.Name, "err", err)
+		unavailable[local.Name] = err.Error()
 	} else {
 		out[local.Name] = lb
 		closers = append(closers, lb.Close)
@@ -62,7 +65,7 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[str
 			}
 		}
 	}
-	return out, def, closeAll
+	return out, unavailable, def, closeAll
 }
 
 // guestBinary finds the agentbox-guest binary.

@@ -55,7 +55,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		return err
 	}
 	defer st.Close()
-	bes, defBackend, closeBackends := backends(ctx, cfg, log)
+	bes, unavailable, defBackend, closeBackends := backends(ctx, cfg, log)
 	defer closeBackends()
 	gb, err := guestBinary(cfg)
 	if err != nil {
@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		DataDir: cfg.DataDir, Driver: cfg.WorkspaceDriver, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
 		Author:     workspace.Author{Name: cfg.AuthorName, Email: cfg.AuthorEmail},
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log,
-		Backends: bes, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
+		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
 	})
 	if err != nil {
 		return err

@@ -53,6 +53,10 @@ type Config struct {
 
 	// Backends are the execution backends by name.
 	Backends map[string]sandbox.Backend
+	// Unavailable are backends this daemon knows but cannot use here, with
+	// the reason (an engine that does not answer), so that a sandbox that
+	// asks for one is told why.
+	Unavailable map[string]string
 	// DefaultBackend and DefaultImage complete a sandbox spec that names
 	// neither.
 	DefaultBackend, DefaultImage string

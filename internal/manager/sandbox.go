@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,10 +52,10 @@ func (m *Manager) backend(name string) (sandbox.Backend, error) {
 	if b, ok := m.cfg.Backends[name]; ok {
 		return b, nil
 	}
-	known := make([]string, 0, len(m.cfg.Backends))
-	for k := range m.cfg.Backends {
-		known = append(known, k)
+	if why, ok := m.cfg.Unavailable[name]; ok {
+		return nil, fmt.Errorf("backend %q is unavailable on this daemon: %s: %w", name, why, errdefs.ErrUnavailable)
 	}
+	known := slices.Sorted(maps.Keys(m.cfg.Backends))
 	return nil, sandbox.ErrNoBackend(name, known)
 }
 
