@@ -100,14 +100,22 @@ func testForkBomb(t *testing.T, e *env) {
 		t.Fatalf("the fork bomb's exec did not end 90s after its 15s timeout")
 	}
 	t.Logf("%s: fork bomb ended %+v after %s", e.name, r.res, time.Since(r.start).Round(time.Millisecond))
-	if !r.res.TimedOut && !r.lost {
-		t.Errorf("the fork bomb ended %+v, want its timeout (or, on gVisor, the sandbox lost)", r.res)
+	// gVisor ends the whole sandbox at its pids limit (a documented quirk
+	// of runsc 2022); elsewhere the guest lives through the bomb, which
+	// ends by its timeout, and the same sandbox runs the next command.
+	gvisor := e.name == docker.NameGVisor
+	switch {
+	case gvisor && !r.res.TimedOut && !r.lost:
+		t.Errorf("the fork bomb ended %+v, want its timeout or the sandbox lost", r.res)
+	case !gvisor && (!r.res.TimedOut || r.lost):
+		t.Errorf("the fork bomb ended %+v, want its timeout with the sandbox alive", r.res)
 	}
-	// The bomb's sandbox recovers (or is replaced), and nothing of the
-	// bomb is left.
 	res, out, _ := bomb.sh(t, "echo recovered")
 	if out != "recovered\n" {
 		t.Errorf("after the bomb: %q %+v", out, res.ExecResult)
+	}
+	if !gvisor && res.Replaced {
+		t.Errorf("after the bomb the sandbox was replaced: the guest did not live through it")
 	}
 }
 

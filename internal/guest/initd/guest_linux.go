@@ -149,6 +149,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stop()
 
 	go g.refill()
+	go prewarmThreads(guestThreads)
 	// The hello says what the commands run under, so this comes before
 	// the first connection; it costs a thread and a few system calls.
 	g.landlock = probeLandlock(cfg.Landlock)
