@@ -28,6 +28,9 @@ type CreateSandbox struct {
 	Image     string `json:"image,omitempty"`
 	Limits    Limits `json:"limits,omitempty"`
 	Lifetime  string `json:"lifetime,omitempty"`
+	// Policy is a policy document as JSON (see agentbox policy check);
+	// nil means the default: no network.
+	Policy json.RawMessage `json:"policy,omitempty"`
 }
 
 // Sandbox is an execution environment attached to a workspace.

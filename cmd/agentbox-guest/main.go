@@ -8,6 +8,7 @@
 // Usage:
 //
 //	agentbox-guest [-socket PATH] [--landlock[=MODE]] [--landlock-tcp-connect=PORTS]
+//	               [--proxy ADDR [--egress-socket PATH]]
 //	                                run as the sandbox's init
 //	agentbox-guest version          print the version
 //	agentbox-guest reaper ...       internal: supervise commands
@@ -18,6 +19,10 @@
 // Landlock, and the hello says so) or required (the guest then refuses
 // every command); $AGENTBOX_GUEST_LANDLOCK sets the same. PORTS are the
 // TCP ports commands may connect to ($AGENTBOX_GUEST_LANDLOCK_TCP_CONNECT).
+//
+// --proxy ADDR ($AGENTBOX_GUEST_PROXY) makes the guest listen on that
+// loopback address and relay each connection to the daemon's egress socket,
+// where the sandbox's policy is enforced: the only way out of a sandbox.
 package main
 
 import (
@@ -50,6 +55,8 @@ func main() {
 func run() int {
 	fs := flag.NewFlagSet("agentbox-guest", flag.ContinueOnError)
 	socket := fs.String("socket", envOr(guest.SocketEnv, guest.DefaultSocketPath), "the daemon's socket")
+	proxy := fs.String("proxy", envOr(guest.ProxyEnv, ""), "loopback address where commands' HTTP proxy traffic is relayed to the egress socket (none: no relay)")
+	egressSocket := fs.String("egress-socket", guest.DefaultEgressSocketPath, "the daemon's egress socket")
 	debug := fs.Bool("debug", false, "log connection attempts")
 	mode, err := guest.ParseLandlockMode(os.Getenv(guest.LandlockEnv))
 	if err != nil {
@@ -82,12 +89,17 @@ func run() int {
 		log.Error("guest failed", "error", err)
 		return 2
 	}
+	var egress *initd.Egress
+	if *proxy != "" {
+		egress = &initd.Egress{Listen: *proxy, Socket: *egressSocket, Logger: log}
+	}
 	err = initd.Run(context.Background(), initd.Config{
 		SocketPath: *socket,
 		Token:      token,
 		Version:    version,
 		Logger:     log,
 		Landlock:   landlock,
+		Egress:     egress,
 	})
 	if err != nil {
 		log.Error("guest failed", "error", err)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/policy"
 )
 
 func (c *cli) sandboxCmd() *cobra.Command {
@@ -46,17 +49,26 @@ func parseSize(s string) (int64, error) {
 
 func (c *cli) sandboxCreateCmd() *cobra.Command {
 	var req client.CreateSandbox
-	var memory, tmp string
+	var memory, tmp, policyFile string
+	var allow []string
 	cmd := &cobra.Command{
-		Use:   "create --ws WS [--backend docker|gvisor|local] [--image IMG] [--cpus N] [--memory SIZE] [--pids N]",
+		Use:   "create --ws WS [--backend docker|gvisor|local] [--image IMG] [--cpus N] [--memory SIZE] [--pids N] [--policy FILE] [--allow HOST[:PORT]]...",
 		Short: "Start a sandbox with the workspace mounted at /workspace",
-		Args:  cobra.NoArgs,
+		Long: `Start a sandbox with the workspace mounted at /workspace.
+
+By default a sandbox has no network at all. --policy FILE attaches a policy
+document (JSON or YAML; see "agentbox policy check"); --allow adds hosts the
+sandbox may reach through the egress proxy (host, host:port or *.domain).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if req.Limits.MemoryBytes, err = parseSize(memory); err != nil {
 				return err
 			}
 			if req.Limits.TmpBytes, err = parseSize(tmp); err != nil {
+				return err
+			}
+			if req.Policy, err = c.sandboxPolicy(policyFile, allow); err != nil {
 				return err
 			}
 			cl, err := c.client()
@@ -81,8 +93,50 @@ func (c *cli) sandboxCreateCmd() *cobra.Command {
 	fl.Int64Var(&req.Limits.Pids, "pids", 0, "process limit")
 	fl.StringVar(&tmp, "tmp", "", "/tmp size, e.g. 256M")
 	fl.StringVar(&req.Lifetime, "timeout", "", "stop the sandbox after this long, e.g. 2h")
+	fl.StringVar(&policyFile, "policy", "", `policy document, JSON or YAML ("-": stdin)`)
+	fl.StringArrayVar(&allow, "allow", nil, "a host the sandbox may reach: host, host:port or *.domain (repeatable)")
 	cmd.MarkFlagRequired("ws")
 	return cmd
+}
+
+// sandboxPolicy reads a policy file, adds the --allow hosts, and checks the
+// result here, so that a mistake is reported with its field before
+// anything is asked of the daemon. It returns the canonical policy as JSON,
+// or nil for none.
+func (c *cli) sandboxPolicy(file string, allow []string) (json.RawMessage, error) {
+	if file == "" && len(allow) == 0 {
+		return nil, nil
+	}
+	var p policy.Policy
+	if file != "" {
+		data, err := c.readArg(file)
+		if err != nil {
+			return nil, err
+		}
+		if p, err = policy.Parse(data); err != nil {
+			return nil, fmt.Errorf("policy %s: %w", file, err)
+		}
+	}
+	if len(allow) > 0 {
+		p.Network.Mode = policy.ModeAllowlist
+		p.Network.Allow = append(p.Network.Allow, allow...)
+		b, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		if p, err = policy.Parse(b); err != nil {
+			return nil, fmt.Errorf("--allow: %w", err)
+		}
+	}
+	return json.Marshal(p)
+}
+
+// readArg reads a file named on the command line, "-" being stdin.
+func (c *cli) readArg(name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(io.LimitReader(c.stdin, policy.MaxDocumentBytes+1))
+	}
+	return os.ReadFile(name)
 }
 
 func (c *cli) sandboxLsCmd() *cobra.Command {

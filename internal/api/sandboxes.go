@@ -1,10 +1,12 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -16,6 +18,9 @@ type SandboxRequest struct {
 	Limits    sandbox.Limits `json:"limits,omitempty"`
 	// Lifetime is a Go duration ("2h"); empty means none.
 	Lifetime string `json:"lifetime,omitempty"`
+	// Policy is the sandbox's policy document, read strictly by
+	// policy.Parse (unknown fields are errors); none means no network.
+	Policy json.RawMessage `json:"policy,omitempty"`
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
@@ -32,6 +37,14 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		spec.Lifetime = d
+	}
+	if len(req.Policy) > 0 && string(req.Policy) != "null" {
+		p, err := policy.Parse(req.Policy)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		spec.Policy = &p
 	}
 	sb, err := s.m.CreateSandbox(r.Context(), req.Workspace, spec)
 	if err != nil {

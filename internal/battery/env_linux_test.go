@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/backend/docker"
 	"github.com/agentbox/agentbox/internal/backend/local"
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mountinfo"
@@ -75,11 +78,14 @@ type env struct {
 	repo         store.Repo
 	// log is what the manager logged, as the daemon logs it (JSON).
 	log *syncBuffer
+	// names is the egress proxy's resolver: test names to loopback
+	// upstreams, and a record of every name the proxy looked up.
+	names *fakeResolver
 }
 
 func newEnv(t *testing.T, name string) *env {
 	t.Helper()
-	e := &env{t: t, name: name, data: t.TempDir(), log: &syncBuffer{}}
+	e := &env{t: t, name: name, data: t.TempDir(), log: &syncBuffer{}, names: &fakeResolver{}}
 	if _, err := exec.LookPath("git"); err != nil {
 		backendtest.SkipOrFail(t, "git is not installed")
 	}
@@ -129,16 +135,30 @@ func newEnv(t *testing.T, name string) *env {
 		t.Fatal(err)
 	}
 	e.st = st
+	// The upstreams live on 127.0.0.1 and nowhere else: that one address
+	// is let through, every other refusal stays.
+	var mgr atomic.Pointer[manager.Manager]
+	proxy := egress.New(egress.Options{
+		Resolver:  e.names,
+		AllowAddr: func(a netip.Addr) bool { return a == netip.AddrFrom4([4]byte{127, 0, 0, 1}) },
+		OnDecision: func(d egress.Decision) {
+			if m := mgr.Load(); m != nil {
+				m.RecordEgress(manager.EgressDecision(d))
+			}
+		},
+	})
 	m, err := manager.New(context.Background(), st, manager.Config{
 		DataDir: e.data, Driver: workspace.Overlay, UID: sandboxUID, GID: sandboxGID,
 		Logger:   slog.New(slog.NewJSONHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Backends: map[string]sandbox.Backend{name: e.be}, DefaultBackend: name, DefaultImage: testImage, GuestBinary: guestBin,
+		Egress: proxy,
 	})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
 	}
 	e.m = m
+	mgr.Store(m)
 	t.Cleanup(e.cleanup)
 	src := testutil.NewRepo(t, map[string]string{"README.md": "battery\n", "src/main.go": "package main\n"})
 	if e.repo, _, err = m.AddRepo(t.Context(), src.Dir, nil); err != nil {

@@ -12,10 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
@@ -63,15 +65,25 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		log.Warn("sandboxes unavailable", "err", err)
 		gb = ""
 	}
+	// The egress proxy reports its decisions to the manager, which exists
+	// only once New returns; no sandbox (so no decision) comes before.
+	var mgr atomic.Pointer[manager.Manager]
+	proxy := egress.New(egress.Options{Logger: log.With("component", "egress"), OnDecision: func(d egress.Decision) {
+		if m := mgr.Load(); m != nil {
+			m.RecordEgress(manager.EgressDecision(d))
+		}
+	}})
 	m, err := manager.New(ctx, st, manager.Config{
 		DataDir: cfg.DataDir, Driver: cfg.WorkspaceDriver, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
 		Author:     workspace.Author{Name: cfg.AuthorName, Email: cfg.AuthorEmail},
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log,
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
+		Egress: proxy,
 	})
 	if err != nil {
 		return err
 	}
+	mgr.Store(m)
 	srv := &http.Server{
 		Handler:           api.New(m, api.Options{Token: cfg.Token, Logger: log}),
 		ReadHeaderTimeout: 10 * time.Second,

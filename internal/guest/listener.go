@@ -31,6 +31,15 @@ const (
 	TokenFDEnv = "AGENTBOX_GUEST_TOKEN_FD"
 	// SocketEnv overrides DefaultSocketPath for the guest.
 	SocketEnv = "AGENTBOX_GUEST_SOCKET"
+	// DefaultEgressSocketPath is where the daemon serves a sandbox's
+	// egress proxy, when its policy lets it reach anything.
+	DefaultEgressSocketPath = "/run/agentbox/egress.sock"
+	// ProxyEnv, when set, is the loopback address (e.g. 127.0.0.1:3128)
+	// where the guest relays HTTP proxy connections to the egress socket.
+	ProxyEnv = "AGENTBOX_GUEST_PROXY"
+	// DefaultProxyAddr is the address the daemon gives in ProxyEnv, and
+	// the one HTTP_PROXY names in commands' environments.
+	DefaultProxyAddr = "127.0.0.1:3128"
 	// maxPendingHandshakes bounds connections that have not authenticated
 	// yet, so that processes in the sandbox cannot exhaust the daemon.
 	maxPendingHandshakes = 8

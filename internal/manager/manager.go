@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/repocache"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -65,6 +66,14 @@ type Config struct {
 	// GuestConnectTimeout bounds the wait for a new sandbox's guest to
 	// connect (default 30s).
 	GuestConnectTimeout time.Duration
+	// Ceilings bound what a sandbox's policy may ask for; zero means
+	// policy.DefaultCeilings().
+	Ceilings *policy.Ceilings
+
+	// Egress serves the proxy traffic of sandboxes with network access
+	// (the daemon's *egress.Proxy); nil refuses every policy that allows
+	// any.
+	Egress Egress
 }
 
 // Manager is the lifecycle owner. Its methods are safe for concurrent use.

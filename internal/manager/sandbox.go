@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -30,6 +31,8 @@ const KeySandbox = "sandbox_id"
 type live struct {
 	ln   *guest.Listener
 	conn *guest.Conn
+	// egress serves the sandbox's egress socket; nil without network.
+	egress *egressServer
 }
 
 func (l *live) alive() bool {
@@ -44,6 +47,7 @@ func (l *live) alive() bool {
 func (l *live) close() {
 	l.conn.Close()
 	l.ln.Close()
+	l.egress.close()
 }
 
 func (m *Manager) sandboxDir(id string) string { return filepath.Join(m.cfg.DataDir, "sandboxes", id) }
@@ -67,12 +71,94 @@ func (m *Manager) specFor(spec sandbox.Spec) (sandbox.Spec, error) {
 	if spec.Image == "" {
 		spec.Image = m.cfg.DefaultImage
 	}
+	spec, err := m.applyPolicy(spec)
+	if err != nil {
+		return spec, err
+	}
 	spec = spec.WithDefaults()
 	if err := spec.Validate(); err != nil {
 		return spec, err
 	}
-	_, err := m.backend(spec.Backend)
+	_, err = m.backend(spec.Backend)
 	return spec, err
+}
+
+// applyPolicy checks a spec's policy against the daemon's ceilings and
+// makes the policy's limits the spec's.
+func (m *Manager) applyPolicy(spec sandbox.Spec) (sandbox.Spec, error) {
+	p := spec.Policy
+	if p == nil {
+		return spec, nil
+	}
+	c := policy.DefaultCeilings()
+	if m.cfg.Ceilings != nil {
+		c = *m.cfg.Ceilings
+	}
+	if err := p.Validate(c); err != nil {
+		return spec, err
+	}
+	// Refused rather than ignored: a caller who asks for a protection
+	// must not believe it has one.
+	if len(p.Secrets) > 0 {
+		return spec, errdefs.Invalid("policy secrets: secret injection is not supported by this daemon yet")
+	}
+	if p.Limits.Disk > 0 {
+		return spec, errdefs.Invalid("policy limits.disk: workspace disk quotas are not enforced by this daemon yet")
+	}
+	l := p.Limits
+	if l.CPUs > 0 {
+		spec.Limits.CPUs = l.CPUs
+	}
+	if l.Memory > 0 {
+		spec.Limits.MemoryBytes = int64(l.Memory)
+	}
+	if l.Pids > 0 {
+		spec.Limits.Pids = l.Pids
+	}
+	if l.Tmp > 0 {
+		spec.Limits.TmpBytes = int64(l.Tmp)
+	}
+	if l.SandboxTimeout > 0 {
+		spec.Lifetime = time.Duration(l.SandboxTimeout)
+	}
+	return spec, nil
+}
+
+// execRequest completes a command's request with what the sandbox's
+// policy sets: its environment (the request's own entries win), the proxy
+// variables when it has egress, and the per-exec caps.
+func execRequest(spec sandbox.Spec, req guest.ExecRequest) guest.ExecRequest {
+	var base []string
+	if spec.Egress() {
+		base = append(base, proxyEnv()...)
+	}
+	if p := spec.Policy; p != nil {
+		for _, k := range slices.Sorted(maps.Keys(p.Env)) {
+			base = append(base, k+"="+p.Env[k])
+		}
+		if t := time.Duration(p.Limits.ExecTimeout); t > 0 && (req.Timeout <= 0 || req.Timeout > t) {
+			req.Timeout = t
+		}
+		if o := int64(p.Limits.OutputBytes); o > 0 && (req.MaxOutputBytes <= 0 || req.MaxOutputBytes > o) {
+			req.MaxOutputBytes = o
+		}
+	}
+	if len(base) == 0 {
+		return req
+	}
+	set := map[string]bool{}
+	for _, e := range req.Env {
+		k, _, _ := strings.Cut(e, "=")
+		set[k] = true
+	}
+	env := make([]string, 0, len(base)+len(req.Env))
+	for _, e := range base {
+		if k, _, _ := strings.Cut(e, "="); !set[k] {
+			env = append(env, e)
+		}
+	}
+	req.Env = append(env, req.Env...)
+	return req
 }
 
 // CreateSandbox starts a sandbox for workspace wsID. A workspace has at
@@ -159,9 +245,21 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	if err := m.step("sandbox-backend"); err != nil {
 		return sb, err
 	}
+	guestEnv := []string{guest.TokenEnv + "=" + token}
+	var eg *egressServer
+	if spec.Egress() {
+		if err := m.step("sandbox-egress"); err != nil {
+			return sb, err
+		}
+		if eg, err = m.serveEgress(sb, runDir, spec.Policy); err != nil {
+			return sb, err
+		}
+		undo.add(eg.close)
+		guestEnv = append(guestEnv, guest.ProxyEnv+"="+guest.DefaultProxyAddr)
+	}
 	info, err := be.Create(ctx, sandbox.CreateRequest{
 		ID: sb.ID, WorkspaceID: w.ID, Files: m.FilesPath(w), RunDir: runDir,
-		Guest: m.cfg.GuestBinary, GuestEnv: []string{guest.TokenEnv + "=" + token},
+		Guest: m.cfg.GuestBinary, GuestEnv: guestEnv,
 		UID: m.cfg.UID, GID: m.cfg.GID, Spec: spec,
 	})
 	if err != nil {
@@ -192,7 +290,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	}
 	undo.release()
 	m.liveMu.Lock()
-	m.live[sb.ID] = &live{ln: ln, conn: conn}
+	m.live[sb.ID] = &live{ln: ln, conn: conn, egress: eg}
 	m.liveMu.Unlock()
 	m.event(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID},
 		map[string]any{"backend": spec.Backend, "image": spec.Image, "ref": info.Ref, "replaces": replaces})
@@ -332,6 +430,11 @@ func (m *Manager) Exec(ctx context.Context, target string, req guest.ExecRequest
 	if err != nil {
 		return ExecOutcome{}, err
 	}
+	var spec sandbox.Spec
+	if err := json.Unmarshal([]byte(sb.Spec), &spec); err != nil {
+		return ExecOutcome{}, fmt.Errorf("sandbox %s: reading its spec: %w", sb.ID, err)
+	}
+	req = execRequest(spec, req)
 	oom := m.watchOOM(ctx, sb)
 	res, err := lv.conn.Exec(ctx, req, stdin, stdout, stderr)
 	out := ExecOutcome{ExecResult: res, ExecID: rec.ID, SandboxID: sb.ID, Replaced: replaced}

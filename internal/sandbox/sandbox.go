@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/policy"
 )
 
 // State is where a sandbox is in its life.
@@ -78,6 +79,18 @@ type Spec struct {
 	Limits Limits `json:"limits"`
 	// Lifetime, when positive, stops the sandbox this long after creation.
 	Lifetime time.Duration `json:"lifetime,omitempty"`
+	// Policy is the caller's policy document, canonical (see package
+	// policy); nil is the default policy: no network at all, nothing in
+	// the environment but what each exec names. Only the manager reads it:
+	// it turns the policy's limits into Limits and Lifetime, and serves
+	// the egress proxy that an allowlist calls for.
+	Policy *policy.Policy `json:"policy,omitempty"`
+}
+
+// Egress reports whether the spec's policy lets the sandbox reach any host
+// through the egress proxy.
+func (s Spec) Egress() bool {
+	return s.Policy != nil && s.Policy.Network.Mode == policy.ModeAllowlist && len(s.Policy.Network.Allow) > 0
 }
 
 // WithDefaults fills zero limits from DefaultLimits.

@@ -30,6 +30,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Landlock is the Landlock policy of the commands.
 	Landlock Landlock
+	// Egress, when set, is the relay of the sandbox's proxy traffic.
+	Egress *Egress
 }
 
 const (
@@ -158,6 +160,18 @@ func Run(ctx context.Context, cfg Config) error {
 		g.log.Error("refusing every command", "reason", g.refuse)
 	} else if cfg.Landlock.Mode != guest.LandlockOff && !g.landlock.Enforced {
 		g.log.Warn("commands run without Landlock", "reason", g.landlock.Detail)
+	}
+	// The proxy listens before the daemon can send a first command.
+	if cfg.Egress != nil {
+		if ln, err := cfg.Egress.Listener(); err != nil {
+			g.log.Error("commands have no egress proxy", "error", err)
+		} else {
+			go func() {
+				if err := cfg.Egress.Serve(ctx, ln); err != nil {
+					g.log.Error("egress proxy stopped", "error", err)
+				}
+			}()
+		}
 	}
 	// A connection whose commands are stuck must not delay a shutdown:
 	// the loop runs apart, and the process ends with Run.

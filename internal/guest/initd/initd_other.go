@@ -18,6 +18,7 @@ type Config struct {
 	Version    string
 	Logger     *slog.Logger
 	Landlock   Landlock
+	Egress     *Egress
 }
 
 var errLinuxOnly = errors.New("agentbox-guest runs only on Linux")

@@ -78,6 +78,8 @@ func main() {
 		scan(args)
 	case "sockets":
 		sockets(args)
+	case "net":
+		netProbes(args)
 	case "alloc":
 		alloc(atoi(args[0]))
 	case "fill":

@@ -1,0 +1,142 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// egressSocket is the name of a sandbox's egress socket in its run
+// directory, which the sandbox sees at guest.DefaultEgressSocketPath.
+const egressSocket = "egress.sock"
+
+// Egress is the egress proxy (package egress), which serves the proxy
+// connections of every sandbox whose policy lets it reach anything. The
+// manager holds only this, so that the lifecycle core stays free of HTTP.
+type Egress interface {
+	// ServeConn serves one proxy client of sandbox sandboxID on c, which
+	// may reach what allow allows, and closes c.
+	ServeConn(ctx context.Context, c net.Conn, sandboxID string, allow Allowlist)
+}
+
+// Allowlist is egress.Allowlist: the same unnamed interface type.
+type Allowlist = interface {
+	Allowed(host string, port int) bool
+}
+
+// EgressDecision is one decision of the egress proxy, field for field an
+// egress.Decision, which converts to it.
+type EgressDecision struct {
+	SandboxID          string
+	Method             string
+	Host               string
+	Port               int
+	Addr               netip.AddrPort
+	Allowed            bool
+	Reason             string
+	BytesUp, BytesDown int64
+	Duration           time.Duration
+}
+
+// egressServer serves one sandbox's egress socket: every connection on it
+// is one proxy client of that sandbox, checked against that sandbox's
+// allowlist. Which sandbox a connection belongs to is known by the socket
+// it came in on, which only that sandbox can reach: there is no token to
+// steal or forge, and a process that dials the socket itself instead of
+// the guest's proxy address meets the same checks.
+type egressServer struct {
+	ln     net.Listener
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// serveEgress starts the egress socket of sandbox sb in runDir.
+func (m *Manager) serveEgress(sb store.Sandbox, runDir string, allow Allowlist) (*egressServer, error) {
+	path := filepath.Join(runDir, egressSocket)
+	os.Remove(path) // a leftover of a crashed daemon
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: egress socket: %w", sb.ID, err)
+	}
+	// The guest, the sandbox user, must be able to connect; nobody else.
+	if m.cfg.Egress == nil {
+		ln.Close()
+		return nil, fmt.Errorf("sandbox %s: its policy allows network, but this daemon has no egress proxy: %w", sb.ID, errdefs.ErrUnavailable)
+	}
+	if err := os.Chmod(path, 0o600); err == nil && m.cfg.UID >= 0 {
+		err = os.Chown(path, m.cfg.UID, m.cfg.GID)
+	}
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("sandbox %s: egress socket: %w", sb.ID, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &egressServer{ln: ln, cancel: cancel}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+					m.log.Warn("egress socket failed", KeySandbox, sb.ID, "err", err)
+				}
+				return
+			}
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer c.Close()
+				m.cfg.Egress.ServeConn(ctx, c, sb.ID, allow)
+			}()
+		}
+	}()
+	return s, nil
+}
+
+// close stops accepting, ends every open tunnel, and waits for them.
+func (s *egressServer) close() {
+	if s == nil {
+		return
+	}
+	s.cancel()
+	s.ln.Close()
+	s.wg.Wait()
+}
+
+// RecordEgress records one decision of the egress proxy in the event log:
+// what a sandbox reached, or tried to, and how much it moved (SECURITY.md
+// D30). The daemon hands the proxy's decisions here.
+func (m *Manager) RecordEgress(d EgressDecision) {
+	typ := "egress.denied"
+	if d.Allowed {
+		typ = "egress.allowed"
+	}
+	wsID := ""
+	if sb, err := m.st.GetSandbox(context.Background(), d.SandboxID); err == nil {
+		wsID = sb.WorkspaceID
+	}
+	m.event(context.Background(), store.Event{Actor: "sandbox", Type: typ, WorkspaceID: wsID, SandboxID: d.SandboxID},
+		map[string]any{"method": d.Method, "host": d.Host, "port": d.Port, "addr": d.Addr, "reason": d.Reason,
+			"bytes_up": d.BytesUp, "bytes_down": d.BytesDown, "duration_ms": d.Duration.Milliseconds()})
+}
+
+// proxyEnv is what a command of a sandbox with egress finds in its
+// environment, unless its request sets the same names: every common
+// client honours one of these spellings.
+func proxyEnv() []string {
+	u := "http://" + guest.DefaultProxyAddr
+	noProxy := "localhost,127.0.0.1,::1"
+	return []string{"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u,
+		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy}
+}
