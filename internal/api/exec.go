@@ -348,6 +348,16 @@ func startStdinPump(body *bufio.Reader, cancel context.CancelFunc) *stdinPump {
 		defer close(p.done)
 		err := p.copy(body, pw)
 		pw.CloseWithError(err) // nil: the command sees EOF
+		if errors.Is(err, errExecEnded) {
+			// The command stopped reading while the client still sends.
+			// Cutting the upload now would make the client's HTTP
+			// stack drop the connection, result and all, before the
+			// client has read it: take the rest in and drop it until
+			// the client, which stops once it has the result, ends
+			// its body (stop bounds the wait).
+			io.Copy(io.Discard, body)
+			return
+		}
 		if err == nil {
 			return
 		}
@@ -410,16 +420,23 @@ func (p *stdinPump) err() error {
 	return p.protErr
 }
 
-// stop ends the pump once the command has ended: a Read of the body still
-// blocked on the client is cut short by a read deadline in the past.
+// stdinGrace is how long, after the result went out, the server keeps
+// taking in (and dropping) the request body of a client that is still
+// sending, so that the client reads the result before its upload fails.
+const stdinGrace = 5 * time.Second
+
+// stop ends the pump once the command has ended and its result is
+// written: the client gets stdinGrace to end its body, then a Read of the
+// body still blocked on it is cut short by a read deadline in the past.
 func (p *stdinPump) stop(rc *http.ResponseController) {
 	p.mu.Lock()
 	p.ended = true
 	p.mu.Unlock()
 	p.pr.CloseWithError(errExecEnded)
+	rc.Flush()
 	select {
 	case <-p.done:
-	default:
+	case <-time.After(stdinGrace):
 		rc.SetReadDeadline(time.Now())
 		<-p.done
 	}

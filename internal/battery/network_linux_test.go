@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/manager"
@@ -125,6 +127,7 @@ func TestNetwork(t *testing.T) {
 		})
 		t.Run("D21 default policy", func(t *testing.T) { testNoNetwork(t, e, web) })
 		t.Run("D22-D27 allowlist", func(t *testing.T) { testAllowlist(t, e, web, tlsWeb) })
+		t.Run("D29 ports", func(t *testing.T) { testPorts(t, e) })
 	})
 }
 
@@ -279,4 +282,40 @@ func otherPort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// testPorts: a port a sandbox listens on, on any address, is reachable
+// from inside that sandbox (the control) and from nowhere else: not from
+// another sandbox, not from the host.
+func testPorts(t *testing.T, e *env) {
+	a := e.newBox(t, sandbox.Limits{})
+	b := e.newBox(t, sandbox.Limits{})
+	p1, p2 := strconv.Itoa(otherPort(t)), strconv.Itoa(otherPort(t))
+	any, lo := "0.0.0.0:"+p1, "127.0.0.1:"+p2
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.m.Exec(ctx, a.ws.ID, guest.ExecRequest{Argv: []string{probePath, "listen", any, lo}, Env: defaultEnv, Timeout: 2 * time.Minute}, nil, out, io.Discard)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	if !eventually(15*time.Second, func() bool { return strings.Count(out.String(), "listening") == 2 }) {
+		t.Fatalf("the listener in the first sandbox did not start: %q", out.String())
+	}
+	targets := []string{"dial:127.0.0.1:" + p1, "dial:127.0.0.1:" + p2}
+	if got := kv(a.probe(t, "", append([]string{"net"}, targets...)...)); got["dial 127.0.0.1:"+p1] != "0" || got["dial 127.0.0.1:"+p2] != "0" {
+		t.Fatalf("control: the sandbox cannot reach its own listener: %v", got)
+	}
+	for k, v := range kv(b.probe(t, "", append([]string{"net"}, targets...)...)) {
+		if v == "0" {
+			t.Errorf("another sandbox reaches the first one's port: %s", k)
+		}
+	}
+	for _, hp := range []string{"127.0.0.1:" + p1, "127.0.0.1:" + p2} {
+		if c, err := net.DialTimeout("tcp", hp, 2*time.Second); err == nil {
+			c.Close()
+			t.Errorf("the host reaches %s, a port opened inside a sandbox", hp)
+		}
+	}
 }

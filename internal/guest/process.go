@@ -106,6 +106,7 @@ func (c *Conn) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdo
 	}
 	if err != nil {
 		c.fail(err)
+		p.abandonOutput()
 		return nil, fmt.Errorf("exec %q: %w", p.argv0, ErrClosed)
 	}
 	go p.pumpStdin(stdin)
@@ -116,6 +117,7 @@ func (c *Conn) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdo
 		if p.isStarted() {
 			return p, nil // a quick command: started and done at once
 		}
+		p.abandonOutput()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.startErr != nil {
@@ -124,7 +126,18 @@ func (c *Conn) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdo
 		return nil, fmt.Errorf("exec %q: %w", p.argv0, ErrClosed)
 	case <-ctx.Done():
 		p.Kill()
+		p.abandonOutput()
 		return nil, ctx.Err()
+	}
+}
+
+// abandonOutput, for a Process that Start does not return, stops its
+// output queues from writing to stdout and stderr and waits until they no
+// longer can: the caller may reuse or finish those writers (an HTTP
+// response) as soon as Start returns.
+func (p *Process) abandonOutput() {
+	for _, q := range p.out {
+		q.detach()
 	}
 }
 
@@ -412,6 +425,18 @@ func (q *outQueue) receivedBytes() int64 {
 	return q.received
 }
 
+// detach drops what is queued, makes run write nothing more, and waits
+// for run to end, including a Write it had under way.
+func (q *outQueue) detach() {
+	q.mu.Lock()
+	q.dst = nil
+	q.chunks = nil
+	q.closed = true
+	q.cond.Signal()
+	q.mu.Unlock()
+	<-q.finished
+}
+
 // close lets run finish once the queue is empty.
 func (q *outQueue) close() {
 	q.mu.Lock()
@@ -435,9 +460,10 @@ func (q *outQueue) run(grant func(int)) {
 		b := q.chunks[0]
 		q.chunks[0] = nil
 		q.chunks = q.chunks[1:]
+		dst := q.dst // read under the lock: detach clears it
 		q.mu.Unlock()
-		if q.err == nil && q.dst != nil {
-			if _, err := q.dst.Write(b); err != nil {
+		if q.err == nil && dst != nil {
+			if _, err := dst.Write(b); err != nil {
 				q.err = err
 			}
 		}

@@ -80,6 +80,8 @@ func main() {
 		sockets(args)
 	case "net":
 		netProbes(args)
+	case "listen":
+		listen(args)
 	case "alloc":
 		alloc(atoi(args[0]))
 	case "fill":

@@ -165,3 +165,27 @@ type bufferedConn struct {
 }
 
 func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// listen serves TCP on every address given, answering each connection with
+// "hello", prints "listening ADDR" for each, then waits to be killed.
+func listen(addrs []string) {
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			fmt.Printf("listen %s=%s\n", a, errOf(err))
+			continue
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("hello\n"))
+				c.Close()
+			}
+		}()
+		fmt.Printf("listening %s\n", a)
+	}
+	select {}
+}
