@@ -195,11 +195,8 @@ func (v *validator) secrets(secrets map[string]SecretBinding, allow []HostPatter
 	out := make(map[string]SecretBinding, len(secrets))
 	for _, name := range slices.Sorted(maps.Keys(secrets)) {
 		path := join("secrets", name)
-		switch {
-		case !secretNameRE.MatchString(name):
-			v.fail(path, "secret names are 1 to 64 upper case letters, digits and '_', starting with a letter (they become environment variables)")
-		case reservedEnv(name) != "":
-			v.fail(path, "%s", reservedEnv(name))
+		if reason := SecretNameProblem(name); reason != "" {
+			v.fail(path, "%s", reason)
 		}
 		b := secrets[name]
 		out[name] = SecretBinding{
@@ -295,6 +292,16 @@ func isToken(s string) bool {
 
 // reservedEnv says why agentbox keeps an environment variable name for
 // itself, or "".
+// SecretNameProblem says what is wrong with a secret's name, or returns
+// "". The same rule holds for the daemon's secret store and for the
+// policies that bind its secrets.
+func SecretNameProblem(name string) string {
+	if !secretNameRE.MatchString(name) {
+		return "secret names are 1 to 64 upper case letters, digits and '_', starting with a letter (they become environment variables)"
+	}
+	return reservedEnv(name)
+}
+
 func reservedEnv(name string) string {
 	if strings.HasPrefix(name, "AGENTBOX_") {
 		return "names starting with AGENTBOX_ are reserved"

@@ -258,5 +258,26 @@ type Store interface {
 	AppendEvent(ctx context.Context, e Event) (Event, error)
 	ListEvents(ctx context.Context, f EventFilter) ([]Event, error)
 
+	// PutSecret creates or replaces a sealed secret (package secrets seals
+	// it; the store never sees a value).
+	PutSecret(ctx context.Context, s SealedSecret) error
+	GetSecret(ctx context.Context, name string) (SealedSecret, error)
+	// ListSecrets returns every secret's name and times, never its sealed
+	// value, ordered by name.
+	ListSecrets(ctx context.Context) ([]SealedSecret, error)
+	DeleteSecret(ctx context.Context, name string) error
+
 	Close() error
+}
+
+// SealedSecret is a secret as the store keeps it: encrypted by package
+// secrets, which alone holds the key.
+type SealedSecret struct {
+	Name string `json:"name"`
+	// Nonce and Sealed are the AES-GCM nonce and ciphertext; empty in
+	// ListSecrets results.
+	Nonce     []byte    `json:"-"`
+	Sealed    []byte    `json:"-"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }

@@ -24,6 +24,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Sandboxes", func(t *testing.T) { testSandboxes(t, open(t, newStore)) })
 	t.Run("Execs", func(t *testing.T) { testExecs(t, open(t, newStore)) })
 	t.Run("ExecActivity", func(t *testing.T) { testExecActivity(t, open(t, newStore)) })
+	t.Run("Secrets", func(t *testing.T) { testSecrets(t, open(t, newStore)) })
 	t.Run("ConcurrentWriters", func(t *testing.T) { testConcurrent(t, open(t, newStore)) })
 }
 
@@ -490,4 +491,51 @@ func testExecActivity(t *testing.T, s store.Store) {
 	if got, _ := s.GetSandbox(ctx, "sb_1"); !got.LastActivityAt.Equal(e.FinishedAt) {
 		t.Errorf("last activity %v after an earlier exec finished, want %v", got.LastActivityAt, e.FinishedAt)
 	}
+}
+
+// testSecrets: sealed secrets are stored whole, replaced in place keeping
+// their creation time, listed without their sealed bytes, and deleted.
+func testSecrets(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	t0 := now()
+	a := store.SealedSecret{Name: "API_TOKEN", Nonce: []byte("nonce-000001"), Sealed: []byte{1, 2, 3, 0, 255}, CreatedAt: t0, UpdatedAt: t0}
+	if err := s.PutSecret(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSecret(ctx, store.SealedSecret{Name: "B", Nonce: []byte("n"), Sealed: []byte("s"), CreatedAt: t0, UpdatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSecret(ctx, "API_TOKEN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(a, got); d != "" {
+		t.Errorf("GetSecret (-want +got):\n%s", d)
+	}
+	// A second put replaces the value and keeps the creation time.
+	b := a
+	b.Nonce, b.Sealed, b.CreatedAt, b.UpdatedAt = []byte("nonce-000002"), []byte("new"), t0.Add(time.Hour), t0.Add(time.Hour)
+	if err := s.PutSecret(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.GetSecret(ctx, "API_TOKEN")
+	want := b
+	want.CreatedAt = t0
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("GetSecret after a replace (-want +got):\n%s", d)
+	}
+	list, err := s.ListSecrets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Name != "API_TOKEN" || list[1].Name != "B" || list[0].Sealed != nil || list[0].Nonce != nil {
+		t.Errorf("ListSecrets = %+v, want the two names in order without their values", list)
+	}
+	wantClass(t, s.PutSecret(ctx, store.SealedSecret{Name: "EMPTY"}), errdefs.ErrInvalid)
+	if err := s.DeleteSecret(ctx, "B"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.GetSecret(ctx, "B")
+	wantClass(t, err, errdefs.ErrNotFound)
+	wantClass(t, s.DeleteSecret(ctx, "B"), errdefs.ErrNotFound)
 }
