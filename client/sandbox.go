@@ -240,3 +240,26 @@ func readExecStream(body io.Reader, stdout, stderr io.Writer) (ExecResult, error
 	}
 	return res, errors.New("the daemon closed the exec stream without a result")
 }
+
+// SecretInfo names a stored secret; its value is never returned.
+type SecretInfo struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// SetSecret stores a secret's value in the daemon, sealed.
+func (c *Client) SetSecret(ctx context.Context, name, value string) error {
+	return c.json(ctx, request{method: "PUT", path: "/v1/secrets/" + esc(name), body: map[string]string{"value": value}}, nil)
+}
+
+// ListSecrets lists the secrets' names.
+func (c *Client) ListSecrets(ctx context.Context) ([]SecretInfo, error) {
+	var out struct{ Secrets []SecretInfo }
+	return out.Secrets, c.json(ctx, request{method: "GET", path: "/v1/secrets"}, &out)
+}
+
+// RemoveSecret deletes a secret.
+func (c *Client) RemoveSecret(ctx context.Context, name string) error {
+	return c.json(ctx, request{method: "DELETE", path: "/v1/secrets/" + esc(name)}, nil)
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
 func (c *cli) wsCmd() *cobra.Command {
@@ -181,11 +182,26 @@ func (c *cli) wsStatusCmd() *cobra.Command {
 }
 
 func (c *cli) wsDiffCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "diff WS [PATH...]",
+	var check bool
+	var policyFile string
+	cmd := &cobra.Command{
+		Use:   "diff WS [PATH...] [--check [--policy FILE]]",
 		Short: "Print the unified diff against the base commit (new and deleted files included)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Print the unified diff against the base commit (new and deleted files included).
+
+--check prints, instead of the diff, what would leave with it that should
+not: changed paths outside the policy's writable_paths and added lines that
+look like secrets (shown redacted), one line each, and exits 1 when there is
+any. The policy is --policy FILE (JSON or YAML, "-": stdin), or else the
+policy of the workspace's most recent sandbox.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if check {
+				return c.wsDiffCheck(cmd, args, policyFile)
+			}
+			if policyFile != "" {
+				return errdefs.Invalid("--policy is only used with --check")
+			}
 			cl, err := c.client()
 			if err != nil {
 				return err
@@ -197,6 +213,77 @@ func (c *cli) wsDiffCmd() *cobra.Command {
 			return c.emit(d, func(w io.Writer) { io.WriteString(w, d.Diff) })
 		},
 	}
+	cmd.Flags().BoolVar(&check, "check", false, "check the diff for paths outside the writable paths and for secrets; exit 1 if any")
+	cmd.Flags().StringVar(&policyFile, "policy", "", `with --check: the policy whose writable_paths apply, JSON or YAML ("-": stdin)`)
+	return cmd
+}
+
+// wsDiffCheck runs ws diff --check: the report, and exit status 1 when it
+// found anything, so that a script can stop a result from leaving.
+func (c *cli) wsDiffCheck(cmd *cobra.Command, args []string, policyFile string) error {
+	if len(args) > 1 {
+		return errdefs.Invalid("--check checks the whole workspace: no paths")
+	}
+	// Read and checked here, so a mistake names its field before the
+	// daemon is asked.
+	pol, err := c.sandboxPolicy(policyFile, nil)
+	if err != nil {
+		return err
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	r, err := cl.CheckDiff(cmd.Context(), args[0], pol)
+	if err != nil {
+		return err
+	}
+	err = c.emit(r, func(w io.Writer) {
+		for _, f := range r.OutsideWritable {
+			fmt.Fprintf(w, "%s: %s outside the writable paths", f.Path, changeWord(f.Status))
+			switch {
+			case f.RenamedFrom != "":
+				fmt.Fprintf(w, " (renamed from %s)", f.RenamedFrom)
+			case f.RenamedTo != "":
+				fmt.Fprintf(w, " (renamed to %s)", f.RenamedTo)
+			}
+			fmt.Fprintln(w)
+		}
+		for _, s := range r.Secrets {
+			fmt.Fprintf(w, "%s:%d:%d: %s %s\n", s.Path, s.Line, s.Column, s.Kind, s.Excerpt)
+		}
+		if r.Truncated {
+			fmt.Fprintln(w, "(more findings not shown: the report was cut short)")
+		}
+		if r.OK {
+			fmt.Fprintf(w, "%s: no changed path outside the writable paths, no secret in the added lines\n", r.ID)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if !r.OK {
+		if !c.json {
+			fmt.Fprintf(c.stderr, "agentbox: %s: %d path(s) outside the writable paths, %d possible secret(s)\n", r.ID, len(r.OutsideWritable), len(r.Secrets))
+		}
+		return exitError{code: 1}
+	}
+	return nil
+}
+
+// changeWord says what a change status did to a path.
+func changeWord(status string) string {
+	switch status {
+	case "A":
+		return "added"
+	case "D":
+		return "deleted"
+	case "R":
+		return "renamed"
+	case "T":
+		return "type changed"
+	}
+	return "modified"
 }
 
 func (c *cli) wsCommitCmd() *cobra.Command {

@@ -57,6 +57,7 @@ var routes = []route{
 	{"DELETE", "/v1/workspaces/{id}", (*Server).removeWorkspace},
 	{"GET", "/v1/workspaces/{id}/status", (*Server).status},
 	{"GET", "/v1/workspaces/{id}/diff", (*Server).diff},
+	{"POST", "/v1/workspaces/{id}/diff/check", (*Server).checkDiff},
 	{"POST", "/v1/workspaces/{id}/commit", (*Server).commit},
 	{"POST", "/v1/workspaces/{id}/fork", (*Server).fork},
 	{"GET", "/v1/workspaces/{id}/files", (*Server).readFile},
@@ -77,6 +78,9 @@ var routes = []route{
 	{"GET", "/v1/sandboxes/{id}/shell", (*Server).shell},
 	{"GET", "/v1/workspaces/{id}/shell", (*Server).shell},
 	{"GET", "/v1/events", (*Server).events},
+	{"GET", "/v1/secrets", (*Server).listSecrets},
+	{"PUT", "/v1/secrets/{name}", (*Server).setSecret},
+	{"DELETE", "/v1/secrets/{name}", (*Server).removeSecret},
 }
 
 // New returns the API handler over m.

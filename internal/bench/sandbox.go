@@ -19,18 +19,21 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/backend/docker"
 	"github.com/agentbox/agentbox/internal/backend/local"
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -84,6 +87,15 @@ type SandboxOptions struct {
 	// Profile is the number of extra, instrumented create→first exec runs
 	// per backend whose steps are timed (create benchmark only; 0: none).
 	Profile int
+	// EgressImage is what the egress benchmark's sandboxes run: it needs
+	// python3 (default DefaultEgressImage).
+	EgressImage string
+	// EgressBytes is the size of the egress benchmark's download (default
+	// DefaultEgressBytes).
+	EgressBytes int64
+	// EgressRequests is how many requests each of the egress benchmark's
+	// small-request cases makes (default DefaultEgressRequests).
+	EgressRequests int
 }
 
 // Defaults of the execution benchmarks.
@@ -106,6 +118,12 @@ type Row struct {
 	Runs     int           `json:"runs"`
 	Median   time.Duration `json:"median_ns"`
 	P90      time.Duration `json:"p90_ns"`
+	// Bytes, when set, is what one run moved: the row's rate is its
+	// throughput at the median.
+	Bytes int64 `json:"bytes,omitempty"`
+	// Ops, when set, is how many operations one run made: the row's rate
+	// is the median time per operation.
+	Ops int `json:"ops,omitempty"`
 }
 
 // Check compares two rows' medians, or one row's median with a bound.
@@ -149,12 +167,24 @@ func (o SandboxOptions) withDefaults(runs int) SandboxOptions {
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency
 	}
+	if o.EgressImage == "" {
+		o.EgressImage = DefaultEgressImage
+	}
+	if o.EgressBytes == 0 {
+		o.EgressBytes = DefaultEgressBytes
+	}
+	if o.EgressRequests == 0 {
+		o.EgressRequests = DefaultEgressRequests
+	}
 	return o
 }
 
 func (o SandboxOptions) validate() error {
 	if o.Runs < 1 || o.Concurrency < 1 || o.Profile < 0 {
 		return fmt.Errorf("bench: runs (%d) and concurrency (%d) must be positive, profile (%d) not negative", o.Runs, o.Concurrency, o.Profile)
+	}
+	if o.EgressBytes < 1 || o.EgressRequests < 1 {
+		return fmt.Errorf("bench: egress download size (%d) and requests (%d) must be positive", o.EgressBytes, o.EgressRequests)
 	}
 	if o.GuestBinary == "" {
 		return errors.New("bench: no agentbox-guest binary (build it: CGO_ENABLED=0 go build -o agentbox-guest ./cmd/agentbox-guest)")
@@ -240,7 +270,7 @@ func newEnv(ctx context.Context, opts SandboxOptions, log io.Writer, prof *recor
 	if err := e.openBackends(ctx); err != nil {
 		return nil, err
 	}
-	if err := e.ensureImage(ctx); err != nil {
+	if e.rootfs, err = e.ensureImage(ctx, e.opts.Image); err != nil {
 		return nil, err
 	}
 	dataDir := filepath.Join(e.root, "data")
@@ -254,13 +284,28 @@ func newEnv(ctx context.Context, opts SandboxOptions, log io.Writer, prof *recor
 	if prof != nil {
 		e.st = &timedStore{Store: e.db, r: prof}
 	}
+	// The egress proxy, as the daemon has it, except that its resolver
+	// knows only UpstreamHost and 127.0.0.1 is let through, for the egress
+	// benchmark's upstreams. Sandboxes without an allowlist never use it.
+	var mgr atomic.Pointer[manager.Manager]
+	proxy := egress.New(egress.Options{
+		Resolver:  upstreamResolver{},
+		AllowAddr: func(a netip.Addr) bool { return a == upstreamAddr },
+		OnDecision: func(d egress.Decision) {
+			if m := mgr.Load(); m != nil {
+				m.RecordEgress(manager.EgressDecision(d))
+			}
+		},
+	})
 	e.m, err = manager.New(ctx, e.st, manager.Config{
 		DataDir: dataDir, Driver: workspace.Overlay, UID: sandboxUID, GID: sandboxUID,
 		Backends: e.bes, DefaultBackend: e.backends[0], DefaultImage: e.opts.Image, GuestBinary: e.opts.GuestBinary,
+		Egress: proxy,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
+	mgr.Store(e.m)
 	src := filepath.Join(e.root, "source.git")
 	if _, _, err := generateRepo(ctx, src, 20); err != nil {
 		return nil, err
@@ -389,12 +434,14 @@ func (e *env) openBackend(ctx context.Context, name string) (sandbox.Backend, fu
 	return nil, nil, fmt.Errorf("unknown backend %q", name)
 }
 
-// ensureImage builds the image (engine and, for local, root file system)
-// when it is one of agentbox's own and missing or stale.
-func (e *env) ensureImage(ctx context.Context) error {
+// ensureImage builds the image name (engine and, for local, root file
+// system) when it is one of agentbox's own and missing or stale. It
+// returns the local backend's root file system of it, if local is
+// measured.
+func (e *env) ensureImage(ctx context.Context, name string) (rootfs string, _ error) {
 	var kind image.Kind
 	for _, k := range []image.Kind{image.KindBusybox, image.KindDebian} {
-		if e.opts.Image == image.DefaultName(k) {
+		if name == image.DefaultName(k) {
 			kind = k
 		}
 	}
@@ -402,27 +449,26 @@ func (e *env) ensureImage(ctx context.Context) error {
 	if kind == "" {
 		// Someone else's image: it must be there already.
 		if e.dockerOK {
-			if _, err := e.dockerOut(ctx, "image", "inspect", "--format", "{{.Id}}", e.opts.Image); err != nil {
-				return fmt.Errorf("bench: image %s is not in the engine and is not one agentbox builds: %w", e.opts.Image, err)
+			if _, err := e.dockerOut(ctx, "image", "inspect", "--format", "{{.Id}}", name); err != nil {
+				return "", fmt.Errorf("bench: image %s is not in the engine and is not one agentbox builds: %w", name, err)
 			}
 		}
 		if needLocal {
-			e.rootfs = filepath.Join(e.opts.ImagesDir, e.opts.Image, "rootfs")
+			rootfs = filepath.Join(e.opts.ImagesDir, name, "rootfs")
 		}
-		return nil
+		return rootfs, nil
 	}
-	opts := image.BuildOptions{Kind: kind, Name: e.opts.Image, Progress: e.log, NoEngine: !e.dockerOK, UID: sandboxUID, GID: sandboxUID}
+	opts := image.BuildOptions{Kind: kind, Name: name, Progress: e.log, NoEngine: !e.dockerOK, UID: sandboxUID, GID: sandboxUID}
 	if needLocal {
 		opts.RootfsDir = filepath.Join(e.opts.ImagesDir, string(kind), "rootfs")
-		e.rootfs = opts.RootfsDir
 	}
 	if opts.NoEngine && opts.RootfsDir == "" {
-		return nil
+		return "", nil
 	}
 	if _, err := image.Build(ctx, opts); err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return "", fmt.Errorf("bench: %w", err)
 	}
-	return nil
+	return opts.RootfsDir, nil
 }
 
 // serveAPI starts the API in this process on a unix socket, as `agentbox
@@ -583,6 +629,13 @@ type tcase struct {
 	name     string
 	baseline bool
 	run      func(ctx context.Context) (undo func() error, err error)
+	// timed, when set instead of run, times itself: what it returns is
+	// the case's time (a client that reports how long its own requests
+	// took, without its start).
+	timed func(ctx context.Context) (time.Duration, error)
+	// bytes and ops go to the row (see Row).
+	bytes int64
+	ops   int
 }
 
 // measure runs every case warmup times untimed, then runs times each,
@@ -591,6 +644,16 @@ type tcase struct {
 // none. settle runs after each undo (e.g. quiesce); it may be nil.
 func (e *env) measure(ctx context.Context, cases []tcase, warmup, runs int, settle func()) ([]Row, error) {
 	once := func(c tcase) (time.Duration, error) {
+		if c.timed != nil {
+			d, err := c.timed(ctx)
+			if err != nil {
+				return d, fmt.Errorf("bench: %s %s: %w", c.backend, c.name, err)
+			}
+			if settle != nil {
+				settle()
+			}
+			return d, nil
+		}
 		start := time.Now()
 		undo, err := c.run(ctx)
 		d := time.Since(start)
@@ -639,7 +702,7 @@ func (e *env) measure(ctx context.Context, cases []tcase, warmup, runs int, sett
 	rows := make([]Row, len(cases))
 	for i, c := range cases {
 		s := summarize(c.name, times[i])
-		rows[i] = Row{Backend: c.backend, Case: c.name, Baseline: c.baseline, Runs: s.Runs, Median: s.Median, P90: s.P90}
+		rows[i] = Row{Backend: c.backend, Case: c.name, Baseline: c.baseline, Runs: s.Runs, Median: s.Median, P90: s.P90, Bytes: c.bytes, Ops: c.ops}
 	}
 	return rows, nil
 }
@@ -684,15 +747,25 @@ func (r SandboxResult) Print(w io.Writer) {
 		"exec":       "exec round trip (`true` in a running sandbox)",
 		"create":     "create → first exec (`true`)",
 		"concurrent": fmt.Sprintf("%d sandboxes created at once, each running `true` (wall time of all)", r.Concurrency),
+		"egress":     "HTTP(S) from inside a sandbox through the egress proxy vs the same client on the host, direct",
 	}[r.Benchmark]
 	fmt.Fprintf(w, "agentbox bench %s: %s\nimage %s, %d runs per case, cases interleaved in shuffled rounds\n\n", r.Benchmark, title, r.Image, r.Runs)
 	width := len("case")
 	for _, x := range r.Rows {
 		width = max(width, len(x.Case))
 	}
-	fmt.Fprintf(w, "%-8s %-*s %5s %11s %11s\n", "backend", width, "case", "runs", "median", "p90")
+	rates := slices.ContainsFunc(r.Rows, func(x Row) bool { return x.Bytes > 0 || x.Ops > 0 })
+	fmt.Fprintf(w, "%-8s %-*s %5s %11s %11s", "backend", width, "case", "runs", "median", "p90")
+	if rates {
+		fmt.Fprintf(w, " %13s", "rate")
+	}
+	fmt.Fprintln(w)
 	for _, x := range r.Rows {
-		fmt.Fprintf(w, "%-8s %-*s %5d %11s %11s\n", x.Backend, width, x.Case, x.Runs, fmtDur(x.Median), fmtDur(x.P90))
+		fmt.Fprintf(w, "%-8s %-*s %5d %11s %11s", x.Backend, width, x.Case, x.Runs, fmtDur(x.Median), fmtDur(x.P90))
+		if rates {
+			fmt.Fprintf(w, " %13s", x.rate())
+		}
+		fmt.Fprintln(w)
 	}
 	if len(r.Checks) > 0 {
 		cw := len("check")
@@ -722,6 +795,19 @@ func (r SandboxResult) Print(w io.Writer) {
 		fmt.Fprintln(w)
 		p.Print(w)
 	}
+}
+
+// rate is a row's throughput or time per operation at its median.
+func (x Row) rate() string {
+	switch {
+	case x.Median <= 0:
+		return ""
+	case x.Bytes > 0:
+		return fmt.Sprintf("%.1f MB/s", float64(x.Bytes)/1e6/x.Median.Seconds())
+	case x.Ops > 0:
+		return fmtDur(x.Median/time.Duration(x.Ops)) + "/op"
+	}
+	return ""
 }
 
 func fmtRatio(v float64) string {

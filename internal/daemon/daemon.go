@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
@@ -73,12 +74,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 			m.RecordEgress(manager.EgressDecision(d))
 		}
 	}})
+	box, err := secrets.Open(cfg.DataDir, st)
+	if err != nil {
+		return err
+	}
 	m, err := manager.New(ctx, st, manager.Config{
 		DataDir: cfg.DataDir, Driver: cfg.WorkspaceDriver, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
 		Author:     workspace.Author{Name: cfg.AuthorName, Email: cfg.AuthorEmail},
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log,
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
-		Egress: proxy,
+		Egress: proxy, Secrets: box,
 	})
 	if err != nil {
 		return err

@@ -74,6 +74,8 @@ type Config struct {
 	// (the daemon's *egress.Proxy); nil refuses every policy that allows
 	// any.
 	Egress Egress
+	// Secrets is the daemon's secret store (*secrets.Box); nil: none.
+	Secrets Secrets
 }
 
 // Manager is the lifecycle owner. Its methods are safe for concurrent use.
