@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -230,7 +231,14 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, req *http.Request, ad
 	if chunked && !closeAfter {
 		outResp.TransferEncoding = []string{"chunked"}
 	}
-	werr := outResp.Write(c)
+	// Through a large buffer: the body then moves in big reads and writes
+	// instead of 32 KiB pairs, which is most of the proxy's cost on a
+	// bulk download.
+	bw := bufio.NewWriterSize(c, copyBuffer)
+	werr := outResp.Write(bw)
+	if werr == nil {
+		werr = bw.Flush()
+	}
 	resp.Body.Close()
 	d.BytesDown = down.n.Load()
 

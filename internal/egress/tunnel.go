@@ -100,6 +100,9 @@ func (p *Proxy) tunnel(ctx context.Context, c net.Conn, br *bufio.Reader, req *h
 	d.BytesDown = bytesDown
 }
 
+// copyBuffer is the size of the buffers that carry bulk data.
+const copyBuffer = 256 << 10
+
 // splice copies both ways between client and up until both directions are
 // done, and returns the bytes carried each way.
 func (p *Proxy) splice(client, up net.Conn) (bytesUp, bytesDown int64) {
@@ -129,14 +132,21 @@ func (p *Proxy) splice(client, up net.Conn) (bytesUp, bytesDown int64) {
 // too. A direction that is only quiet is kept while the other one moves:
 // the tunnel idles out only when neither has moved for IdleTimeout.
 func (p *Proxy) pipe(dst, src net.Conn, last *atomic.Int64) int64 {
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, copyBuffer)
 	var n int64
+	// Deadlines are moved at most once a second: re-arming two timers
+	// per read is a measurable share of a bulk transfer's cost.
+	var armed time.Time
 	for {
-		_ = src.SetReadDeadline(time.Now().Add(p.idleTimeout))
+		now := time.Now()
+		if now.Sub(armed) > time.Second {
+			_ = src.SetReadDeadline(now.Add(p.idleTimeout))
+			_ = dst.SetWriteDeadline(now.Add(p.idleTimeout))
+			armed = now
+		}
 		nr, rerr := src.Read(buf)
 		if nr > 0 {
 			last.Store(time.Now().UnixNano())
-			_ = dst.SetWriteDeadline(time.Now().Add(p.idleTimeout))
 			nw, werr := dst.Write(buf[:nr])
 			n += int64(nw)
 			if werr != nil {
