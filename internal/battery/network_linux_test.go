@@ -104,7 +104,7 @@ func hostIP() string {
 	return ""
 }
 
-// TestNetwork runs SECURITY.md D21-D27 and D30 on every backend: with the
+// TestNetwork runs SECURITY.md D21-D30 on every backend: with the
 // default policy nothing gets out; with an allowlist, exactly the
 // canonical allowed host and port pass, through the egress proxy, and
 // every decision is in the event log. The oracles are on the host: what
@@ -126,7 +126,7 @@ func TestNetwork(t *testing.T) {
 			"mixed.test": {lo, netip.MustParseAddr("127.0.0.3")},
 		})
 		t.Run("D21 default policy", func(t *testing.T) { testNoNetwork(t, e, web) })
-		t.Run("D22-D27 allowlist", func(t *testing.T) { testAllowlist(t, e, web, tlsWeb) })
+		t.Run("D22-D28 allowlist", func(t *testing.T) { testAllowlist(t, e, web, tlsWeb) })
 		t.Run("D29 ports", func(t *testing.T) { testPorts(t, e) })
 	})
 }
@@ -201,6 +201,9 @@ func testAllowlist(t *testing.T, e *env, web, tlsWeb *upstream) {
 		{"connect:allowed.test:" + tp + ":evil.test", "!"},
 		{"connect:other.test:" + tp + ":other.test", "403"},
 		{"connect:allowed.test:" + p + ":allowed.test", "!"},
+		// D28: no protocol switch opens a path the proxy cannot see.
+		{"upgrade:h2c:http://allowed.test:" + p + "/m", "4"},
+		{"upgrade:websocket:http://allowed.test:" + p + "/n", "4"},
 	}
 	var args []string
 	for _, pr := range probes {

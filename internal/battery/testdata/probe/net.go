@@ -22,6 +22,7 @@ import (
 //	noproxy:URL           the same GET with the proxy variables ignored
 //	proxy:URL             an absolute-form GET written to $HTTP_PROXY by hand
 //	                      (Go's client would bypass the proxy for loopback)
+//	upgrade:PROTO:URL     the same GET asking to switch to PROTO (h2c, websocket)
 //	connect:HOST:PORT:SNI a CONNECT through $HTTP_PROXY, then a TLS handshake
 //	                      naming SNI (the certificate is not checked)
 //	stat:PATH             whether a path exists
@@ -47,7 +48,11 @@ func netProbes(args []string) {
 		case "get", "noproxy":
 			res = getProbe(target, kind == "get")
 		case "proxy":
-			res = rawProxyGet(target)
+			res = rawProxyGet(target, "")
+		case "upgrade":
+			// upgrade:PROTO:URL asks the proxy to switch protocols.
+			proto, url, _ := strings.Cut(target, ":")
+			res = rawProxyGet(url, "Connection: Upgrade\r\nUpgrade: "+proto+"\r\n")
 		case "connect":
 			res = connectProbe(target)
 		case "stat":
@@ -108,7 +113,7 @@ func dialProxy() (net.Conn, error) {
 	return c, nil
 }
 
-func rawProxyGet(url string) string {
+func rawProxyGet(url, extra string) string {
 	c, err := dialProxy()
 	if err != nil {
 		return errOf(err)
@@ -116,7 +121,10 @@ func rawProxyGet(url string) string {
 	defer c.Close()
 	host := strings.TrimPrefix(url, "http://")
 	host, _, _ = strings.Cut(host, "/")
-	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", url, host)
+	if extra == "" {
+		extra = "Connection: close\r\n"
+	}
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", url, host, extra)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		return errOf(err)
