@@ -3,6 +3,8 @@ package battery
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,11 +25,13 @@ import (
 	"github.com/agentbox/agentbox/internal/backend/docker"
 	"github.com/agentbox/agentbox/internal/backend/local"
 	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/egress/mitm"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mountinfo"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/backendtest"
+	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/testutil"
@@ -81,6 +85,9 @@ type env struct {
 	// names is the egress proxy's resolver: test names to loopback
 	// upstreams, and a record of every name the proxy looked up.
 	names *fakeResolver
+	// upstreamCA signs the TLS upstreams' certificates; the egress proxy
+	// verifies intercepted upstreams against it, and only it.
+	upstreamCA *mitm.CA
 }
 
 func newEnv(t *testing.T, name string) *env {
@@ -138,9 +145,25 @@ func newEnv(t *testing.T, name string) *env {
 	// The upstreams live on 127.0.0.1 and nowhere else: that one address
 	// is let through, every other refusal stays.
 	var mgr atomic.Pointer[manager.Manager]
+	// Secrets as the daemon has them: a sealed store and an interception
+	// CA in the data dir; upstreams' certificates come from another CA.
+	box, err := secrets.Open(e.data, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := mitm.LoadOrCreateCA(filepath.Join(e.data, "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.upstreamCA, err = mitm.LoadOrCreateCA(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	upRoots := x509.NewCertPool()
+	upRoots.AppendCertsFromPEM(e.upstreamCA.CertPEM())
 	proxy := egress.New(egress.Options{
-		Resolver:  e.names,
-		AllowAddr: func(a netip.Addr) bool { return a == netip.AddrFrom4([4]byte{127, 0, 0, 1}) },
+		UpstreamTLS: &tls.Config{RootCAs: upRoots},
+		Resolver:    e.names,
+		AllowAddr:   func(a netip.Addr) bool { return a == netip.AddrFrom4([4]byte{127, 0, 0, 1}) },
 		OnDecision: func(d egress.Decision) {
 			if m := mgr.Load(); m != nil {
 				m.RecordEgress(manager.EgressDecision(d))
@@ -151,7 +174,14 @@ func newEnv(t *testing.T, name string) *env {
 		DataDir: e.data, Driver: workspace.Overlay, UID: sandboxUID, GID: sandboxGID,
 		Logger:   slog.New(slog.NewJSONHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Backends: map[string]sandbox.Backend{name: e.be}, DefaultBackend: name, DefaultImage: testImage, GuestBinary: guestBin,
-		Egress: proxy,
+		Egress: proxy, Secrets: box, CABundle: ca.CertPEM(),
+		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {
+			s := make([]mitm.Secret, len(bound))
+			for i, b := range bound {
+				s[i] = mitm.Secret(b)
+			}
+			return mitm.Wrap(ca, allow, s)
+		},
 	})
 	if err != nil {
 		st.Close()

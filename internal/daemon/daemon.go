@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/egress/mitm"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/secrets"
@@ -78,12 +79,23 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if err != nil {
 		return err
 	}
+	ca, err := mitm.LoadOrCreateCA(filepath.Join(cfg.DataDir, "ca"))
+	if err != nil {
+		return fmt.Errorf("interception CA: %w", err)
+	}
 	m, err := manager.New(ctx, st, manager.Config{
 		DataDir: cfg.DataDir, Driver: cfg.WorkspaceDriver, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
 		Author:     workspace.Author{Name: cfg.AuthorName, Email: cfg.AuthorEmail},
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log,
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
-		Egress: proxy, Secrets: box,
+		Egress: proxy, Secrets: box, CABundle: caBundle(ca),
+		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {
+			s := make([]mitm.Secret, len(bound))
+			for i, b := range bound {
+				s[i] = mitm.Secret(b)
+			}
+			return mitm.Wrap(ca, allow, s)
+		},
 	})
 	if err != nil {
 		return err
@@ -151,4 +163,17 @@ func listen(cfg config.Config) (net.Listener, string, error) {
 		ul.SetUnlinkOnClose(false)
 	}
 	return ln, "unix://" + sock, nil
+}
+
+// systemRoots is where Debian keeps the usual roots.
+const systemRoots = "/etc/ssl/certs/ca-certificates.crt"
+
+// caBundle is what a sandbox with secrets trusts: the usual roots, so that
+// hosts the proxy does not intercept still verify, and the daemon's CA.
+func caBundle(ca *mitm.CA) []byte {
+	roots, _ := os.ReadFile(systemRoots)
+	if len(roots) > 0 && roots[len(roots)-1] != '\n' {
+		roots = append(roots, '\n')
+	}
+	return append(roots, ca.CertPEM()...)
 }

@@ -19,6 +19,7 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,17 @@ const (
 // not import this one (the manager) can name the very same type.
 type Allowlist = interface {
 	Allowed(host string, port int) bool
+}
+
+// Interceptor is what an Allowlist may also be: it takes over the tunnels
+// it Intercepts, after the proxy has checked the target, dialed the
+// checked address and matched the ClientHello's server name. It ends the
+// sandbox's TLS with a certificate the sandbox trusts, swaps secrets into
+// the requests (package egress/mitm) and speaks TLS to up. client first
+// replays the ClientHello the proxy read.
+type Interceptor interface {
+	Intercepts(host string, port int) bool
+	Intercept(ctx context.Context, client net.Conn, host string, port int, up net.Conn, upstreamTLS *tls.Config) (bytesUp, bytesDown int64, err error)
 }
 
 // Resolver looks up the addresses of a host. *net.Resolver is one.
@@ -132,6 +144,12 @@ type Options struct {
 	// Test-only: no API or configuration file sets it, because setting it
 	// lets a sandbox reach the host. Tests use it to allow 127.0.0.1.
 	AllowAddr func(netip.Addr) bool
+	// UpstreamTLS configures the TLS that an Interceptor speaks to the
+	// upstream; nil verifies against the system's roots.
+	//
+	// Test-only: no API or configuration file sets it. Tests give the
+	// root of their loopback upstreams' certificates.
+	UpstreamTLS *tls.Config
 
 	// DialTimeout bounds dialing an upstream; 0 means DefaultDialTimeout.
 	DialTimeout time.Duration
@@ -150,6 +168,7 @@ type Proxy struct {
 	onDecision func(Decision)
 	resolver   Resolver
 	allowAddr  func(netip.Addr) bool
+	upTLS      *tls.Config
 
 	dialTimeout   time.Duration
 	headerTimeout time.Duration
@@ -163,6 +182,7 @@ func New(opts Options) *Proxy {
 		onDecision:    opts.OnDecision,
 		resolver:      opts.Resolver,
 		allowAddr:     opts.AllowAddr,
+		upTLS:         opts.UpstreamTLS,
 		dialTimeout:   opts.DialTimeout,
 		headerTimeout: opts.HeaderTimeout,
 		idleTimeout:   opts.IdleTimeout,

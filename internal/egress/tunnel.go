@@ -87,6 +87,18 @@ func (p *Proxy) tunnel(ctx context.Context, c net.Conn, br *bufio.Reader, req *h
 		rest, _ := br.Peek(n)
 		first = append(first, rest...)
 	}
+	if ic, ok := sb.Allow.(Interceptor); ok && ic.Intercepts(d.Host, d.Port) {
+		// Secrets are bound to this host and port: the interceptor
+		// speaks TLS at both ends, from the ClientHello on.
+		up.SetWriteDeadline(time.Time{})
+		bu, bd, err := ic.Intercept(ctx, &replayConn{Conn: c, first: first}, d.Host, d.Port, up, p.upTLS)
+		d.BytesUp, d.BytesDown = bu, bd
+		d.Allowed, d.Reason = true, reasonIntercepted
+		if err != nil {
+			d.Reason = reasonIntercepted + ": " + err.Error()
+		}
+		return
+	}
 	d.Allowed, d.Reason = true, reasonAllowed
 	_ = up.SetWriteDeadline(time.Now().Add(p.idleTimeout))
 	n, err := up.Write(first)
@@ -179,3 +191,23 @@ func closeWrite(c net.Conn) error {
 }
 
 func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// reasonIntercepted marks a tunnel whose TLS the proxy ended to swap
+// secrets in.
+const reasonIntercepted = "allowed, secrets swapped in"
+
+// replayConn reads first, then the connection: the ClientHello the proxy
+// already took off the wire is handed on to the interceptor.
+type replayConn struct {
+	net.Conn
+	first []byte
+}
+
+func (r *replayConn) Read(b []byte) (int, error) {
+	if len(r.first) > 0 {
+		n := copy(b, r.first)
+		r.first = r.first[n:]
+		return n, nil
+	}
+	return r.Conn.Read(b)
+}

@@ -76,6 +76,14 @@ type Config struct {
 	Egress Egress
 	// Secrets is the daemon's secret store (*secrets.Box); nil: none.
 	Secrets Secrets
+	// Intercept, with Secrets, lets policies bind secrets: it extends a
+	// sandbox's allowlist with what swaps the values in at the egress
+	// proxy (package egress/mitm) and returns the placeholder each secret
+	// has in that sandbox. nil refuses every policy with secrets.
+	Intercept func(allow Allowlist, secrets []BoundSecret) (Allowlist, map[string]string, error)
+	// CABundle is the PEM a sandbox with secrets must trust: the usual
+	// roots and the daemon's interception CA.
+	CABundle []byte
 }
 
 // Manager is the lifecycle owner. Its methods are safe for concurrent use.

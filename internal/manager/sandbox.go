@@ -33,6 +33,9 @@ type live struct {
 	conn *guest.Conn
 	// egress serves the sandbox's egress socket; nil without network.
 	egress *egressServer
+	// placeholders stand for the policy's secrets in every command's
+	// environment.
+	placeholders map[string]string
 }
 
 func (l *live) alive() bool {
@@ -99,8 +102,8 @@ func (m *Manager) applyPolicy(spec sandbox.Spec) (sandbox.Spec, error) {
 	}
 	// Refused rather than ignored: a caller who asks for a protection
 	// must not believe it has one.
-	if len(p.Secrets) > 0 {
-		return spec, errdefs.Invalid("policy secrets: secret injection is not supported by this daemon yet")
+	if len(p.Secrets) > 0 && (m.cfg.Secrets == nil || m.cfg.Intercept == nil) {
+		return spec, errdefs.Invalid("policy secrets: this daemon has no secret store or cannot swap secrets in")
 	}
 	if p.Limits.Disk > 0 {
 		return spec, errdefs.Invalid("policy limits.disk: workspace disk quotas are not enforced by this daemon yet")
@@ -127,10 +130,18 @@ func (m *Manager) applyPolicy(spec sandbox.Spec) (sandbox.Spec, error) {
 // execRequest completes a command's request with what the sandbox's
 // policy sets: its environment (the request's own entries win), the proxy
 // variables when it has egress, and the per-exec caps.
-func execRequest(spec sandbox.Spec, req guest.ExecRequest) guest.ExecRequest {
+func execRequest(spec sandbox.Spec, req guest.ExecRequest, placeholders map[string]string) guest.ExecRequest {
 	var base []string
 	if spec.Egress() {
 		base = append(base, proxyEnv()...)
+	}
+	if len(placeholders) > 0 {
+		for _, k := range slices.Sorted(maps.Keys(placeholders)) {
+			base = append(base, k+"="+placeholders[k])
+		}
+		for _, k := range caEnv {
+			base = append(base, k+"="+caBundlePath)
+		}
 	}
 	if p := spec.Policy; p != nil {
 		for _, k := range slices.Sorted(maps.Keys(p.Env)) {
@@ -247,11 +258,22 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	}
 	guestEnv := []string{guest.TokenEnv + "=" + token}
 	var eg *egressServer
+	var placeholders map[string]string
 	if spec.Egress() {
 		if err := m.step("sandbox-egress"); err != nil {
 			return sb, err
 		}
-		if eg, err = m.serveEgress(sb, runDir, spec.Policy); err != nil {
+		allow, ph, err := m.bindSecrets(ctx, spec, spec.Policy)
+		if err != nil {
+			return sb, err
+		}
+		placeholders = ph
+		if len(ph) > 0 {
+			if err := os.WriteFile(filepath.Join(runDir, caBundleName), m.cfg.CABundle, 0o644); err != nil {
+				return sb, fmt.Errorf("sandbox %s: %w", sb.ID, err)
+			}
+		}
+		if eg, err = m.serveEgress(sb, runDir, allow); err != nil {
 			return sb, err
 		}
 		undo.add(eg.close)
@@ -290,7 +312,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	}
 	undo.release()
 	m.liveMu.Lock()
-	m.live[sb.ID] = &live{ln: ln, conn: conn, egress: eg}
+	m.live[sb.ID] = &live{ln: ln, conn: conn, egress: eg, placeholders: placeholders}
 	m.liveMu.Unlock()
 	m.event(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID},
 		map[string]any{"backend": spec.Backend, "image": spec.Image, "ref": info.Ref, "replaces": replaces})
@@ -434,7 +456,7 @@ func (m *Manager) Exec(ctx context.Context, target string, req guest.ExecRequest
 	if err := json.Unmarshal([]byte(sb.Spec), &spec); err != nil {
 		return ExecOutcome{}, fmt.Errorf("sandbox %s: reading its spec: %w", sb.ID, err)
 	}
-	req = execRequest(spec, req)
+	req = execRequest(spec, req, lv.placeholders)
 	oom := m.watchOOM(ctx, sb)
 	res, err := lv.conn.Exec(ctx, req, stdin, stdout, stderr)
 	out := ExecOutcome{ExecResult: res, ExecID: rec.ID, SandboxID: sb.ID, Replaced: replaced}

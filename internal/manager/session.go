@@ -66,7 +66,7 @@ func (m *Manager) OpenSession(ctx context.Context, target string, req guest.Exec
 	if err := json.Unmarshal([]byte(sb.Spec), &spec); err != nil {
 		return nil, fmt.Errorf("sandbox %s: reading its spec: %w", sb.ID, err)
 	}
-	req = execRequest(spec, req)
+	req = execRequest(spec, req, lv.placeholders)
 	req.TTY = true
 	pty, err := lv.conn.PTY(ctx, req)
 	if err != nil {

@@ -91,6 +91,10 @@ type leafEntry struct {
 // readable by its owner only is refused: it may have been read.
 func LoadOrCreateCA(dir string) (*CA, error) {
 	keyPath, certPath := filepath.Join(dir, KeyFile), filepath.Join(dir, CertFile)
+	// The directory is the daemon's alone: made so on first use.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ca directory: %w", err)
+	}
 	key, err := loadOrCreate(keyPath, 0o600, func() ([]byte, error) { return newKeyPEM() })
 	if err != nil {
 		return nil, fmt.Errorf("ca key: %w", err)

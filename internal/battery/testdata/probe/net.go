@@ -25,6 +25,9 @@ import (
 //	upgrade:PROTO:URL     the same GET asking to switch to PROTO (h2c, websocket)
 //	connect:HOST:PORT:SNI a CONNECT through $HTTP_PROXY, then a TLS handshake
 //	                      naming SNI (the certificate is not checked)
+//	https:URL             a GET through $HTTPS_PROXY with "Authorization:
+//	                      Bearer $API_TOKEN", verifying against $SSL_CERT_FILE
+//	https-insecure:URL    the same without verifying the certificate
 //	stat:PATH             whether a path exists
 //
 // RESULT is "0" or an error name; get and proxy give the status code and
@@ -55,6 +58,8 @@ func netProbes(args []string) {
 			res = rawProxyGet(url, "Connection: Upgrade\r\nUpgrade: "+proto+"\r\n")
 		case "connect":
 			res = connectProbe(target)
+		case "https", "https-insecure":
+			res = httpsProbe(target, kind == "https-insecure")
 		case "stat":
 			_, err := os.Stat(target)
 			res = errOf(err)
@@ -196,4 +201,21 @@ func listen(addrs []string) {
 		fmt.Printf("listening %s\n", a)
 	}
 	select {}
+}
+
+func httpsProbe(url string, insecure bool) string {
+	tr := &http.Transport{DisableKeepAlives: true, Proxy: http.ProxyFromEnvironment,
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: insecure}}
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return errOf(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+os.Getenv("API_TOKEN"))
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return errOf(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return fmt.Sprintf("%d/%s", resp.StatusCode, strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", "|"))
 }
