@@ -146,12 +146,15 @@ func (p *Proxy) splice(client, up net.Conn) (bytesUp, bytesDown int64) {
 func (p *Proxy) pipe(dst, src net.Conn, last *atomic.Int64) int64 {
 	buf := make([]byte, copyBuffer)
 	var n int64
-	// Deadlines are moved at most once a second: re-arming two timers
-	// per read is a measurable share of a bulk transfer's cost.
+	// Deadlines are moved at most every quarter of the idle timeout (a
+	// second at most): re-arming two timers per read is a measurable
+	// share of a bulk transfer's cost, and a quarter keeps a busy tunnel
+	// far from its deadlines.
+	rearm := min(time.Second, p.idleTimeout/4)
 	var armed time.Time
 	for {
 		now := time.Now()
-		if now.Sub(armed) > time.Second {
+		if now.Sub(armed) >= rearm {
 			_ = src.SetReadDeadline(now.Add(p.idleTimeout))
 			_ = dst.SetWriteDeadline(now.Add(p.idleTimeout))
 			armed = now
@@ -171,6 +174,7 @@ func (p *Proxy) pipe(dst, src net.Conn, last *atomic.Int64) int64 {
 			continue
 		}
 		if isTimeout(rerr) && time.Since(time.Unix(0, last.Load())) < p.idleTimeout {
+			armed = time.Time{} // the other direction is busy: wait again
 			continue
 		}
 		if rerr == io.EOF && closeWrite(dst) == nil {
