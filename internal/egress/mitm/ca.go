@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/atomicfile"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/policy"
 )
@@ -215,7 +216,7 @@ func loadOrCreate(p string, mode fs.FileMode, make func() ([]byte, error)) ([]by
 		if err != nil {
 			return nil, err
 		}
-		if err := writeNew(p, mode, content); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := atomicfile.WriteNew(p, mode, content); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, err
 		}
 	}
@@ -233,38 +234,6 @@ func readFile(p string, mode fs.FileMode) ([]byte, error) {
 		return nil, fmt.Errorf("%s must be a regular file with mode %04o or stricter (it is %s, %d bytes): %w", p, mode, fi.Mode(), fi.Size(), errdefs.ErrInvalid)
 	}
 	return os.ReadFile(p)
-}
-
-// writeNew writes content to p, which must not exist, whole or not at all.
-func writeNew(p string, mode fs.FileMode, content []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(content); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Link(tmp.Name(), p); err != nil {
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(p)); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 func newKeyPEM() ([]byte, error) {
