@@ -26,6 +26,9 @@ type Options struct {
 	// Token, when set, is required as "Authorization: Bearer TOKEN".
 	Token  string
 	Logger *slog.Logger
+	// Metrics, if set, serves GET /metrics (telemetry.Metrics.Handler);
+	// nil answers 404.
+	Metrics http.Handler
 }
 
 // Server is the API handler.
@@ -34,6 +37,8 @@ type Server struct {
 	token string
 	log   *slog.Logger
 	mux   *http.ServeMux
+	// metricsHandler serves GET /metrics; nil: none.
+	metricsHandler http.Handler
 }
 
 // route is one entry of the API.
@@ -46,6 +51,7 @@ type route struct {
 var routes = []route{
 	{"GET", "/v1/health", (*Server).health},
 	{"GET", "/v1/openapi.json", (*Server).openapi},
+	{"GET", "/metrics", (*Server).metrics},
 	{"POST", "/v1/repos", (*Server).addRepo},
 	{"GET", "/v1/repos", (*Server).listRepos},
 	{"GET", "/v1/repos/{id}", (*Server).getRepo},
@@ -85,7 +91,7 @@ var routes = []route{
 
 // New returns the API handler over m.
 func New(m *manager.Manager, opts Options) *Server {
-	s := &Server{m: m, token: opts.Token, log: opts.Logger, mux: http.NewServeMux()}
+	s := &Server{m: m, token: opts.Token, log: opts.Logger, mux: http.NewServeMux(), metricsHandler: opts.Metrics}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -21,8 +21,11 @@ import (
 	"github.com/agentbox/agentbox/internal/egress/mitm"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
+	"github.com/agentbox/agentbox/internal/telemetry"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
 
@@ -67,10 +70,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		log.Warn("sandboxes unavailable", "err", err)
 		gb = ""
 	}
+	metrics := telemetry.New(telemetry.Options{Backends: backendNames(bes), Sandboxes: countSandboxes(st)})
 	// The egress proxy reports its decisions to the manager, which exists
 	// only once New returns; no sandbox (so no decision) comes before.
 	var mgr atomic.Pointer[manager.Manager]
 	proxy := egress.New(egress.Options{Logger: log.With("component", "egress"), OnDecision: func(d egress.Decision) {
+		metrics.ObserveEgress(d.Allowed)
 		if m := mgr.Load(); m != nil {
 			m.RecordEgress(manager.EgressDecision(d))
 		}
@@ -88,7 +93,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		Author:     workspace.Author{Name: cfg.AuthorName, Email: cfg.AuthorEmail},
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log,
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
-		Egress: proxy, Secrets: box, CABundle: caBundle(ca),
+		Egress: proxy, Secrets: box, CABundle: caBundle(ca), Observer: metrics,
 		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {
 			s := make([]mitm.Secret, len(bound))
 			for i, b := range bound {
@@ -102,7 +107,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	}
 	mgr.Store(m)
 	srv := &http.Server{
-		Handler:           api.New(m, api.Options{Token: cfg.Token, Logger: log}),
+		Handler:           api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -128,6 +133,32 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		os.Remove(strings.TrimPrefix(addr, "unix://"))
 	}
 	return nil
+}
+
+// backendNames lists the usable backends, whose metric series exist from
+// the start.
+func backendNames(bes map[string]sandbox.Backend) []string {
+	names := make([]string, 0, len(bes))
+	for name := range bes {
+		names = append(names, name)
+	}
+	return names
+}
+
+// countSandboxes feeds agentbox_sandboxes at scrape time: one query over
+// the sandbox rows, counted by state and backend.
+func countSandboxes(st store.Store) telemetry.CountSandboxes {
+	return func(ctx context.Context) (map[telemetry.SandboxKey]int, error) {
+		sbs, err := st.ListSandboxes(ctx, store.SandboxFilter{})
+		if err != nil {
+			return nil, fmt.Errorf("counting sandboxes: %w", err)
+		}
+		n := make(map[telemetry.SandboxKey]int)
+		for _, sb := range sbs {
+			n[telemetry.SandboxKey{sb.State, sb.Backend}]++
+		}
+		return n, nil
+	}
 }
 
 func listen(cfg config.Config) (net.Listener, string, error) {

@@ -84,7 +84,32 @@ type Config struct {
 	// CABundle is the PEM a sandbox with secrets must trust: the usual
 	// roots and the daemon's interception CA.
 	CABundle []byte
+	// Observer is told how long sandbox creations and execs take and how
+	// execs end (the daemon's metrics); nil: nothing is observed.
+	Observer Observer
 }
+
+// Observer receives the manager's measurements. The manager holds only
+// this, so that the lifecycle core stays free of the metrics library
+// (which depends on HTTP).
+type Observer interface {
+	// ObserveCreate is called once per CreateSandbox with its wall time
+	// and its error.
+	ObserveCreate(backend string, d time.Duration, err error)
+	// ObserveExec is called once per command run with its wall time and
+	// its outcome: one of the Outcome constants.
+	ObserveExec(backend string, d time.Duration, outcome string)
+}
+
+// How an exec ended, as an Observer is told.
+const (
+	OutcomeOK      = "ok"
+	OutcomeNonZero = "nonzero"
+	OutcomeTimeout = "timeout"
+	OutcomeOOM     = "oom"
+	OutcomeKilled  = "killed"
+	OutcomeLost    = "lost"
+)
 
 // Manager is the lifecycle owner. Its methods are safe for concurrent use.
 type Manager struct {

@@ -207,7 +207,12 @@ func (m *Manager) current(ctx context.Context, wsID string) (store.Sandbox, bool
 	return store.Sandbox{}, false
 }
 
-func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sandbox.Spec, replaces string) (store.Sandbox, error) {
+func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sandbox.Spec, replaces string) (_ store.Sandbox, err error) {
+	// Every start is observed, an explicit create or a replacement.
+	if o := m.cfg.Observer; o != nil {
+		start := time.Now()
+		defer func() { o.ObserveCreate(spec.Backend, time.Since(start), err) }()
+	}
 	be, err := m.backend(spec.Backend)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -458,15 +463,38 @@ func (m *Manager) Exec(ctx context.Context, target string, req guest.ExecRequest
 	}
 	req = execRequest(spec, req, lv.placeholders)
 	oom := m.watchOOM(ctx, sb)
+	start := time.Now()
 	res, err := lv.conn.Exec(ctx, req, stdin, stdout, stderr)
+	took := time.Since(start)
 	out := ExecOutcome{ExecResult: res, ExecID: rec.ID, SandboxID: sb.ID, Replaced: replaced}
 	out.OOMKilled = m.oomKilled(context.WithoutCancel(ctx), oom, sb, rec.ID, res)
+	if o := m.cfg.Observer; o != nil {
+		o.ObserveExec(sb.Backend, took, outcomeOf(res, out.OOMKilled, err))
+	}
 	rec.OOM = out.OOMKilled
 	m.endExec(context.WithoutCancel(ctx), sb, rec, res, err)
 	if err != nil {
 		return out, fmt.Errorf("exec in sandbox %s: %w", sb.ID, err)
 	}
 	return out, nil
+}
+
+// outcomeOf classifies an exec's end for an Observer. err is what the
+// guest connection returned: the command was cut short.
+func outcomeOf(res guest.ExecResult, oom bool, err error) string {
+	switch {
+	case res.Lost:
+		return OutcomeLost
+	case oom:
+		return OutcomeOOM
+	case res.TimedOut:
+		return OutcomeTimeout
+	case err != nil, res.Canceled, res.Signal != 0:
+		return OutcomeKilled
+	case res.ExitCode != 0:
+		return OutcomeNonZero
+	}
+	return OutcomeOK
 }
 
 // ensureSandbox returns the workspace's live sandbox, replacing it when it
