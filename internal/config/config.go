@@ -68,6 +68,13 @@ type Config struct {
 	LogFormat string `json:"log_format"`
 	// ShutdownGrace is how long a stopping daemon lets requests finish.
 	ShutdownGrace Duration `json:"shutdown_grace"`
+	// SandboxIdleTimeout stops a sandbox with no API activity and no
+	// command running for this long (its workspace stays; the next exec
+	// starts a new one); 0 never does.
+	SandboxIdleTimeout Duration `json:"sandbox_idle_timeout"`
+	// SandboxMaxAge stops a sandbox this long after it started, whatever
+	// it does; 0 never does.
+	SandboxMaxAge Duration `json:"sandbox_max_age"`
 	// DefaultBackend is the execution backend of a sandbox that names none:
 	// "auto" (docker when an engine answers, else local), docker, gvisor
 	// or local.
@@ -102,19 +109,20 @@ func Default() Config {
 		uid, gid = -1, -1
 	}
 	return Config{
-		DataDir:         DefaultDataDir(),
-		WorkspaceDriver: "auto",
-		SandboxUID:      uid,
-		SandboxGID:      gid,
-		GitTimeout:      Duration{2 * time.Minute},
-		MaxDiffBytes:    64 << 20,
-		AuthorName:      "agentbox",
-		AuthorEmail:     "agentbox@localhost",
-		LogLevel:        "info",
-		LogFormat:       "json",
-		ShutdownGrace:   Duration{30 * time.Second},
-		DefaultBackend:  "auto",
-		DefaultImage:    "agentbox/debian:bookworm",
+		DataDir:            DefaultDataDir(),
+		WorkspaceDriver:    "auto",
+		SandboxUID:         uid,
+		SandboxGID:         gid,
+		GitTimeout:         Duration{2 * time.Minute},
+		MaxDiffBytes:       64 << 20,
+		AuthorName:         "agentbox",
+		AuthorEmail:        "agentbox@localhost",
+		LogLevel:           "info",
+		LogFormat:          "json",
+		ShutdownGrace:      Duration{30 * time.Second},
+		SandboxIdleTimeout: Duration{30 * time.Minute},
+		DefaultBackend:     "auto",
+		DefaultImage:       "agentbox/debian:bookworm",
 	}
 }
 
@@ -185,6 +193,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GitTimeout.Duration <= 0 {
 		probs = append(probs, "git_timeout must be positive")
+	}
+	if c.SandboxIdleTimeout.Duration < 0 || c.SandboxMaxAge.Duration < 0 {
+		probs = append(probs, "sandbox_idle_timeout and sandbox_max_age must not be negative (0 turns them off)")
 	}
 	if c.MaxDiffBytes <= 0 {
 		probs = append(probs, "max_diff_bytes must be positive")

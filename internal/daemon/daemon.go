@@ -94,6 +94,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log,
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
 		Egress: proxy, Secrets: box, CABundle: caBundle(ca), Observer: metrics,
+		IdleTimeout: cfg.SandboxIdleTimeout.Duration, MaxAge: cfg.SandboxMaxAge.Duration,
 		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {
 			s := make([]mitm.Secret, len(bound))
 			for i, b := range bound {
@@ -106,6 +107,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		return err
 	}
 	mgr.Store(m)
+	if every := evictionInterval(cfg.SandboxIdleTimeout.Duration, cfg.SandboxMaxAge.Duration); every > 0 {
+		go m.RunEviction(ctx, every)
+	}
 	srv := &http.Server{
 		Handler:           api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -207,4 +211,18 @@ func caBundle(ca *mitm.CA) []byte {
 		roots = append(roots, '\n')
 	}
 	return append(roots, ca.CertPEM()...)
+}
+
+// evictionInterval is how often idle and old sandboxes are looked for: a
+// quarter of the shorter limit, between a second and a minute; 0 when no
+// limit is set.
+func evictionInterval(idle, maxAge time.Duration) time.Duration {
+	limit := idle
+	if limit <= 0 || (maxAge > 0 && maxAge < limit) {
+		limit = maxAge
+	}
+	if limit <= 0 {
+		return 0
+	}
+	return min(max(limit/4, time.Second), time.Minute)
 }

@@ -84,6 +84,12 @@ type Config struct {
 	// CABundle is the PEM a sandbox with secrets must trust: the usual
 	// roots and the daemon's interception CA.
 	CABundle []byte
+	// IdleTimeout, when positive, lets Evict stop a sandbox with no API
+	// activity and no command running for that long.
+	IdleTimeout time.Duration
+	// MaxAge, when positive, lets Evict stop a sandbox that long after it
+	// started, whatever it does.
+	MaxAge time.Duration
 	// Observer is told how long sandbox creations and execs take and how
 	// execs end (the daemon's metrics); nil: nothing is observed.
 	Observer Observer

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -36,7 +37,13 @@ type live struct {
 	// placeholders stand for the policy's secrets in every command's
 	// environment.
 	placeholders map[string]string
+	// inflight counts the commands picked to run here and not yet ended:
+	// a sandbox with any is not idle.
+	inflight atomic.Int64
 }
+
+// done ends one command's claim on the sandbox.
+func (l *live) done() { l.inflight.Add(-1) }
 
 func (l *live) alive() bool {
 	select {
@@ -453,6 +460,7 @@ func (m *Manager) Exec(ctx context.Context, target string, req guest.ExecRequest
 	if err != nil {
 		return ExecOutcome{}, err
 	}
+	defer lv.done()
 	rec, err := m.beginExec(ctx, sb, req.Argv)
 	if err != nil {
 		return ExecOutcome{}, err
@@ -522,6 +530,9 @@ func (m *Manager) ensureSandbox(ctx context.Context, wsID string) (store.Sandbox
 		lv, ok := m.live[sb.ID]
 		m.liveMu.Unlock()
 		if ok && lv.alive() {
+			// Claimed under the lock, so that eviction, which takes it
+			// too, never stops a sandbox a command was just given.
+			lv.inflight.Add(1)
 			return sb, lv, false, nil
 		}
 		m.markLost(ctx, sb, "guest connection gone")
@@ -544,6 +555,7 @@ func (m *Manager) ensureSandbox(ctx context.Context, wsID string) (store.Sandbox
 	m.liveMu.Lock()
 	lv := m.live[sb.ID]
 	m.liveMu.Unlock()
+	lv.inflight.Add(1)
 	return sb, lv, replaces != "", nil
 }
 

@@ -33,6 +33,7 @@ type Session struct {
 	Replaced bool
 
 	m   *Manager
+	lv  *live
 	pty *guest.PTYSession
 	sb  store.Sandbox
 	rec store.Exec
@@ -58,6 +59,13 @@ func (m *Manager) OpenSession(ctx context.Context, target string, req guest.Exec
 	if err != nil {
 		return nil, err
 	}
+	// The session holds its claim on the sandbox until it ends.
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			lv.done()
+		}
+	}()
 	rec, err := m.beginExec(ctx, sb, req.Argv)
 	if err != nil {
 		return nil, err
@@ -82,7 +90,8 @@ func (m *Manager) OpenSession(ctx context.Context, target string, req guest.Exec
 		return nil, fmt.Errorf("session in sandbox %s: %w", sb.ID, err)
 	}
 	m.log.InfoContext(ctx, "session started", KeySandbox, sb.ID, KeyWorkspace, wsID, "exec_id", rec.ID)
-	return &Session{ExecID: rec.ID, SandboxID: sb.ID, Replaced: replaced, m: m, pty: pty, sb: sb, rec: rec}, nil
+	handedOver = true
+	return &Session{ExecID: rec.ID, SandboxID: sb.ID, Replaced: replaced, m: m, pty: pty, sb: sb, rec: rec, lv: lv}, nil
 }
 
 // Read reads the terminal's output.
@@ -123,6 +132,7 @@ func (s *Session) Close() error {
 
 func (s *Session) finish(res guest.ExecResult, err error) {
 	s.once.Do(func() {
+		defer s.lv.done()
 		s.out = ExecOutcome{ExecResult: res, ExecID: s.ExecID, SandboxID: s.SandboxID, Replaced: s.Replaced}
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			// The caller ended the wait on purpose: the command was killed

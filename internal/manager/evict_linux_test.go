@@ -1,0 +1,124 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// evictHarness is a docker harness whose manager evicts.
+func evictHarness(t *testing.T, idle, maxAge time.Duration) (*harness, sandbox.Backend) {
+	h, be := sandboxHarness(t)
+	base := h.configure
+	h.configure = func(c *Config) {
+		base(c)
+		c.IdleTimeout, c.MaxAge = idle, maxAge
+	}
+	h.reopen()
+	return h, be
+}
+
+// runLong starts a long command in w and returns once it runs; stop ends
+// it and waits for its outcome.
+func runLong(t *testing.T, h *harness, wsID, sbID string) (stop func() ExecOutcome) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan ExecOutcome, 1)
+	go func() {
+		res, _ := h.m.Exec(ctx, wsID, guest.ExecRequest{Argv: []string{"sleep", "60"}, Env: []string{"PATH=/bin"}, Timeout: time.Minute}, nil, io.Discard, io.Discard)
+		done <- res
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		execs, _ := h.st.ListExecs(context.Background(), store.ExecFilter{SandboxID: sbID})
+		if len(execs) > 0 && execs[len(execs)-1].State == store.ExecRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the long command never ran: %+v", execs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return func() ExecOutcome { cancel(); return <-done }
+}
+
+func TestEvictIdle(t *testing.T) {
+	h, be := evictHarness(t, time.Minute, 0)
+	ctx := t.Context()
+	w := h.create(CreateRequest{Repo: h.repo.ID})
+	res, _, _ := h.exec(w.ID, "sh", "-c", "echo kept > /workspace/kept.txt")
+	sb, _ := h.m.GetSandbox(ctx, res.SandboxID)
+	later := time.Now().Add(2 * time.Minute)
+
+	if ev, err := h.m.Evict(ctx, time.Now()); err != nil || len(ev) != 0 {
+		t.Fatalf("a sandbox used just now was evicted: %v %v", ev, err)
+	}
+	// Past its idle time, but a command runs: a long test run is not idle.
+	stop := runLong(t, h, w.ID, sb.ID)
+	if ev, err := h.m.Evict(ctx, later); err != nil || len(ev) != 0 {
+		t.Errorf("a sandbox running a command was evicted as idle: %v %v", ev, err)
+	}
+	stop()
+	// Now idle: evicted, its environment gone, the workspace kept.
+	ev, err := h.m.Evict(ctx, later)
+	if err != nil || !slices.Equal(ev, []string{sb.ID}) {
+		t.Fatalf("Evict = %v, %v; want %s", ev, err, sb.ID)
+	}
+	if got, _ := h.m.GetSandbox(ctx, sb.ID); got.State != string(sandbox.StateStopped) {
+		t.Errorf("evicted sandbox state %s, want stopped", got.State)
+	}
+	if _, err := be.Inspect(ctx, sb.BackendRef); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the evicted sandbox's environment: %v", err)
+	}
+	evs := h.events(w.ID, "sandbox.evicted")
+	if len(evs) != 1 {
+		t.Fatalf("%d sandbox.evicted events", len(evs))
+	}
+	var d struct{ Reason string }
+	json.Unmarshal([]byte(evs[0].Detail), &d)
+	if d.Reason != EvictIdle {
+		t.Errorf("eviction reason %q", d.Reason)
+	}
+	res, out, _ := h.exec(w.ID, "cat", "/workspace/kept.txt")
+	if !res.Replaced || out != "kept\n" {
+		t.Errorf("exec after eviction: %+v %q", res, out)
+	}
+}
+
+func TestEvictMaxAge(t *testing.T) {
+	h, _ := evictHarness(t, 0, time.Minute)
+	ctx := t.Context()
+	w := h.create(CreateRequest{Repo: h.repo.ID})
+	res, _, _ := h.exec(w.ID, "true")
+	stop := runLong(t, h, w.ID, res.SandboxID)
+	// Too old: evicted even with a command running, which ends.
+	ev, err := h.m.Evict(ctx, time.Now().Add(2*time.Minute))
+	if err != nil || !slices.Equal(ev, []string{res.SandboxID}) {
+		t.Fatalf("Evict = %v, %v; want %s", ev, err, res.SandboxID)
+	}
+	if out := stop(); out.ExitCode == 0 {
+		t.Errorf("the command in the evicted sandbox ended %+v", out.ExecResult)
+	}
+	if got, _ := h.m.GetSandbox(ctx, res.SandboxID); got.State != string(sandbox.StateStopped) {
+		t.Errorf("state %s, want stopped", got.State)
+	}
+}
+
+// With no limits configured nothing is ever evicted.
+func TestEvictOff(t *testing.T) {
+	h, _ := evictHarness(t, 0, 0)
+	w := h.create(CreateRequest{Repo: h.repo.ID})
+	h.exec(w.ID, "true")
+	if ev, err := h.m.Evict(t.Context(), time.Now().Add(24*time.Hour)); err != nil || len(ev) != 0 {
+		t.Errorf("Evict without limits = %v, %v", ev, err)
+	}
+}
