@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -186,7 +187,29 @@ func TestSilentGuestIsDeclaredDead(t *testing.T) {
 	if !errors.Is(err, ErrClosed) || !res.Lost {
 		t.Fatalf("got %v %+v, want ErrClosed and Lost", err, res)
 	}
+	if errors.Is(err, ErrNotSent) {
+		t.Errorf("a command the guest received is reported as not sent: %v", err)
+	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("took %s to give up on a silent guest", d)
+	}
+}
+
+// A command for a guest that is already gone is reported as never sent,
+// with nothing of its input read: the manager may safely run it elsewhere.
+func TestCommandToDeadGuestIsNotSent(t *testing.T) {
+	t.Parallel()
+	c, g := connected(t, ListenOptions{})
+	g.nc.Close()
+	in := &countingReader{r: strings.NewReader("input that must stay unread")}
+	for range 2 { // right after the close, and once the daemon has seen it
+		res, err := c.Exec(t.Context(), ExecRequest{Argv: []string{"x"}}, in, nil, nil)
+		if !errors.Is(err, ErrClosed) || !errors.Is(err, ErrNotSent) || !res.Lost {
+			t.Fatalf("got %v %+v, want ErrClosed, ErrNotSent and Lost", err, res)
+		}
+		<-c.Done()
+	}
+	if in.n != 0 {
+		t.Errorf("%d bytes of the unsent command's input were read", in.n)
 	}
 }

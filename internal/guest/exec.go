@@ -131,6 +131,11 @@ var ErrInvalid = errors.New("invalid exec request")
 // ErrClosed says the connection to the guest is gone.
 var ErrClosed = errors.New("guest connection closed")
 
+// ErrNotSent, with ErrClosed, says that a command never reached the guest:
+// the connection was closed before its request went out, so it did not
+// run and its input was not read. Running it elsewhere is safe.
+var ErrNotSent = errors.New("the command was not sent")
+
 // ErrorKind classifies a FrameError.
 type ErrorKind uint8
 

@@ -96,7 +96,7 @@ func (c *Conn) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdo
 	c.openMu.Lock()
 	if err := c.register(p); err != nil {
 		c.openMu.Unlock()
-		return nil, fmt.Errorf("exec %q: %w", p.argv0, err)
+		return nil, fmt.Errorf("exec %q: %w: %w", p.argv0, err, ErrNotSent)
 	}
 	err := c.w.WriteFrame(FrameOpen, p.id, open)
 	c.openMu.Unlock()
@@ -107,7 +107,7 @@ func (c *Conn) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdo
 	if err != nil {
 		c.fail(err)
 		p.abandonOutput()
-		return nil, fmt.Errorf("exec %q: %w", p.argv0, ErrClosed)
+		return nil, fmt.Errorf("exec %q: %w: %w", p.argv0, ErrClosed, ErrNotSent)
 	}
 	go p.pumpStdin(stdin)
 	select {

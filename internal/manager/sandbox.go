@@ -456,6 +456,20 @@ func (m *Manager) Exec(ctx context.Context, target string, req guest.ExecRequest
 	if err != nil {
 		return ExecOutcome{}, err
 	}
+	out, err := m.execOnce(ctx, wsID, req, stdin, stdout, stderr)
+	if errors.Is(err, guest.ErrNotSent) {
+		// The sandbox died between its last check and this command, which
+		// never reached it (so never ran, and read no input): the dead
+		// sandbox is marked lost with this exec, and the command runs in
+		// a new one, which the outcome says.
+		out, err = m.execOnce(ctx, wsID, req, stdin, stdout, stderr)
+		out.Replaced = true
+	}
+	return out, err
+}
+
+// execOnce runs req in the workspace's sandbox, starting one if needed.
+func (m *Manager) execOnce(ctx context.Context, wsID string, req guest.ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (ExecOutcome, error) {
 	sb, lv, replaced, err := m.ensureSandbox(ctx, wsID)
 	if err != nil {
 		return ExecOutcome{}, err
