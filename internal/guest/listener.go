@@ -37,6 +37,11 @@ const (
 	// ProxyEnv, when set, is the loopback address (e.g. 127.0.0.1:3128)
 	// where the guest relays HTTP proxy connections to the egress socket.
 	ProxyEnv = "AGENTBOX_GUEST_PROXY"
+	// PrewarmEnv, when set, is how many OS threads the guest adds at start
+	// (see initd.Run); 0 adds none. The gvisor backend sets 0: there every
+	// thread costs host tasks against the pids limit, and reaching that
+	// limit ends the whole sandbox anyway.
+	PrewarmEnv = "AGENTBOX_GUEST_PREWARM"
 	// DefaultProxyAddr is the address the daemon gives in ProxyEnv, and
 	// the one HTTP_PROXY names in commands' environments.
 	DefaultProxyAddr = "127.0.0.1:3128"

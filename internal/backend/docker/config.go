@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -36,7 +37,7 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 		// Only what the guest needs: the image adds its own ENV (PATH) and
 		// the engine HOSTNAME and HOME; commands get none of it, since the
 		// guest gives each exactly the environment its request names.
-		Env:        append([]string{}, req.GuestEnv...),
+		Env:        b.guestEnv(req.GuestEnv),
 		Entrypoint: []string{sandbox.GuestPath},
 		Cmd:        append([]string{}, req.GuestArgs...),
 		Image:      spec.Image,
@@ -131,3 +132,13 @@ func createErr(image string, err error) error {
 }
 
 func isNotFound(err error) bool { return err != nil && cerrdefs.IsNotFound(err) }
+
+// guestEnv is the guest's environment: the manager's, and under runsc no
+// prewarmed threads (see guest.PrewarmEnv).
+func (b *Backend) guestEnv(env []string) []string {
+	out := append([]string{}, env...)
+	if b.runtime == RuntimeRunsc {
+		out = append(out, guest.PrewarmEnv+"=0")
+	}
+	return out
+}

@@ -268,9 +268,12 @@ func TestIsolationSettings(t *testing.T) {
 			for _, e := range c.Env {
 				k, _, _ := strings.Cut(e, "=")
 				// The image's PATH and the engine's HOSTNAME and HOME are
-				// all that may join the guest's token.
-				check("environment", k == guest.TokenEnv || k == "PATH" || k == "HOSTNAME" || k == "HOME", e)
+				// all that may join the guest's token, and under runsc the
+				// guest is told not to prewarm threads.
+				check("environment", k == guest.TokenEnv || k == "PATH" || k == "HOSTNAME" || k == "HOME" ||
+					(e == guest.PrewarmEnv+"=0" && f.name == NameGVisor), e)
 			}
+			check("no prewarm under runsc", slices.Contains(c.Env, guest.PrewarmEnv+"=0") == (f.name == NameGVisor), c.Env)
 			check("token", slices.Contains(c.Env, guest.TokenEnv+"="+token), c.Env)
 			check("labels", c.Labels[sandbox.LabelManaged] == "1" && c.Labels[sandbox.LabelSandbox] == req.ID &&
 				c.Labels[sandbox.LabelWorkspace] == "ws_iso" && c.Labels[LabelBackend] == f.name, c.Labels)

@@ -151,7 +151,9 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stop()
 
 	go g.refill()
-	go prewarmThreads(guestThreads)
+	if n := prewarmCount(); n > 0 {
+		go prewarmThreads(n)
+	}
 	// The hello says what the commands run under, so this comes before
 	// the first connection; it costs a thread and a few system calls.
 	g.landlock = probeLandlock(cfg.Landlock)

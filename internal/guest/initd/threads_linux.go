@@ -1,8 +1,12 @@
 package initd
 
 import (
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
+
+	"github.com/agentbox/agentbox/internal/guest"
 )
 
 // guestThreads is how many OS threads prewarmThreads adds to the half a
@@ -38,4 +42,14 @@ func prewarmThreads(n int) {
 	locked.Wait()
 	close(release)
 	done.Wait()
+}
+
+// prewarmCount is guestThreads, or what guest.PrewarmEnv says.
+func prewarmCount() int {
+	if v, ok := os.LookupEnv(guest.PrewarmEnv); ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 && n <= 64 {
+			return n
+		}
+	}
+	return guestThreads
 }
