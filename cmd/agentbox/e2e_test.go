@@ -516,7 +516,10 @@ func testExecThroughTheCLI(t *testing.T, backend string) {
 	// End the environment behind the daemon's back; the next exec heals.
 	killFromOutside(t, backend, sb["backend_ref"].(string))
 	out, errOut, code = runCLI(t, data, "", "--json", "exec", ws, "--", "cat", "hello.txt")
-	res := oneJSON(t, out)["result"].(map[string]any)
+	res, ok := oneJSON(t, out)["result"].(map[string]any)
+	if !ok {
+		t.Fatalf("exec after removal: exit %d, no result: %s %s", code, out, errOut)
+	}
 	if code != 0 || res["replaced"] != true || res["sandbox_id"] == sb["id"] {
 		t.Errorf("exec after removal: exit %d %v %s", code, res, errOut)
 	}

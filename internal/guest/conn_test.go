@@ -187,8 +187,10 @@ func TestSilentGuestIsDeclaredDead(t *testing.T) {
 	if !errors.Is(err, ErrClosed) || !res.Lost {
 		t.Fatalf("got %v %+v, want ErrClosed and Lost", err, res)
 	}
-	if errors.Is(err, ErrNotSent) {
-		t.Errorf("a command the guest received is reported as not sent: %v", err)
+	// The guest never confirmed the start: the command is one the
+	// manager may run elsewhere.
+	if !errors.Is(err, ErrNotSent) {
+		t.Errorf("a command whose start was never confirmed: %v, want ErrNotSent", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("took %s to give up on a silent guest", d)
@@ -211,5 +213,34 @@ func TestCommandToDeadGuestIsNotSent(t *testing.T) {
 	}
 	if in.n != 0 {
 		t.Errorf("%d bytes of the unsent command's input were read", in.n)
+	}
+}
+
+// A command whose start the guest confirmed is never "not sent", however
+// the guest ends after that: it may have run, and must not run twice. Its
+// input flows only after the confirmation.
+func TestConfirmedCommandIsNotRetried(t *testing.T) {
+	t.Parallel()
+	c, g := connected(t, ListenOptions{})
+	in := &countingReader{r: strings.NewReader("input")}
+	go func() {
+		for {
+			f, err := ReadFrame(g.br)
+			if err != nil {
+				return
+			}
+			if f.Type == FrameOpen {
+				if in.n != 0 {
+					t.Errorf("%d bytes of input were read before the start was confirmed", in.n)
+				}
+				g.send(t, FrameStarted, f.Stream, EncodeU32(77))
+				g.nc.Close()
+				return
+			}
+		}
+	}()
+	res, err := c.Exec(t.Context(), ExecRequest{Argv: []string{"x"}}, in, nil, nil)
+	if errors.Is(err, ErrNotSent) || !res.Lost {
+		t.Errorf("a confirmed command lost after its start: %v %+v, want Lost without ErrNotSent", err, res)
 	}
 }

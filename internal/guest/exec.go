@@ -131,9 +131,11 @@ var ErrInvalid = errors.New("invalid exec request")
 // ErrClosed says the connection to the guest is gone.
 var ErrClosed = errors.New("guest connection closed")
 
-// ErrNotSent, with ErrClosed, says that a command never reached the guest:
-// the connection was closed before its request went out, so it did not
-// run and its input was not read. Running it elsewhere is safe.
+// ErrNotSent, with ErrClosed, says that the connection closed before the
+// guest confirmed the command's start: its request never went out, or went
+// to a guest that was dying (which kills the commands of a connection it
+// loses). None of its input was read. The manager runs such a command in
+// a new sandbox.
 var ErrNotSent = errors.New("the command was not sent")
 
 // ErrorKind classifies a FrameError.

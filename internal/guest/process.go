@@ -109,12 +109,15 @@ func (c *Conn) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdo
 		p.abandonOutput()
 		return nil, fmt.Errorf("exec %q: %w: %w", p.argv0, ErrClosed, ErrNotSent)
 	}
-	go p.pumpStdin(stdin)
+	// The command's input is read only once the guest has confirmed the
+	// start: a command lost before that read none of it (ErrNotSent).
 	select {
 	case <-p.started:
+		go p.pumpStdin(stdin)
 		return p, nil
 	case <-p.done:
 		if p.isStarted() {
+			go p.pumpStdin(stdin)
 			return p, nil // a quick command: started and done at once
 		}
 		p.abandonOutput()
@@ -123,7 +126,7 @@ func (c *Conn) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdo
 		if p.startErr != nil {
 			return nil, p.startErr
 		}
-		return nil, fmt.Errorf("exec %q: %w", p.argv0, ErrClosed)
+		return nil, fmt.Errorf("exec %q: %w: %w", p.argv0, ErrClosed, ErrNotSent)
 	case <-ctx.Done():
 		p.Kill()
 		p.abandonOutput()
