@@ -122,8 +122,14 @@ func (m *Manager) RecordEgress(d EgressDecision) {
 	if d.Allowed {
 		typ = "egress.allowed"
 	}
+	// From memory while the sandbox lives, which is when decisions come.
+	m.liveMu.Lock()
+	lv, ok := m.live[d.SandboxID]
+	m.liveMu.Unlock()
 	wsID := ""
-	if sb, err := m.st.GetSandbox(context.Background(), d.SandboxID); err == nil {
+	if ok {
+		wsID = lv.workspaceID
+	} else if sb, err := m.st.GetSandbox(context.Background(), d.SandboxID); err == nil {
 		wsID = sb.WorkspaceID
 	}
 	m.event(context.Background(), store.Event{Actor: "sandbox", Type: typ, WorkspaceID: wsID, SandboxID: d.SandboxID},

@@ -34,6 +34,9 @@ type live struct {
 	conn *guest.Conn
 	// egress serves the sandbox's egress socket; nil without network.
 	egress *egressServer
+	// spec is what the sandbox was started with; workspaceID its workspace.
+	spec        sandbox.Spec
+	workspaceID string
 	// placeholders stand for the policy's secrets in every command's
 	// environment.
 	placeholders map[string]string
@@ -324,7 +327,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	}
 	undo.release()
 	m.liveMu.Lock()
-	m.live[sb.ID] = &live{ln: ln, conn: conn, egress: eg, placeholders: placeholders}
+	m.live[sb.ID] = &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, placeholders: placeholders}
 	m.liveMu.Unlock()
 	m.event(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID},
 		map[string]any{"backend": spec.Backend, "image": spec.Image, "ref": info.Ref, "replaces": replaces})
@@ -479,11 +482,7 @@ func (m *Manager) execOnce(ctx context.Context, wsID string, req guest.ExecReque
 	if err != nil {
 		return ExecOutcome{}, err
 	}
-	var spec sandbox.Spec
-	if err := json.Unmarshal([]byte(sb.Spec), &spec); err != nil {
-		return ExecOutcome{}, fmt.Errorf("sandbox %s: reading its spec: %w", sb.ID, err)
-	}
-	req = execRequest(spec, req, lv.placeholders)
+	req = execRequest(lv.spec, req, lv.placeholders)
 	oom := m.watchOOM(ctx, sb)
 	start := time.Now()
 	res, err := lv.conn.Exec(ctx, req, stdin, stdout, stderr)

@@ -70,11 +70,7 @@ func (m *Manager) OpenSession(ctx context.Context, target string, req guest.Exec
 	if err != nil {
 		return nil, err
 	}
-	var spec sandbox.Spec
-	if err := json.Unmarshal([]byte(sb.Spec), &spec); err != nil {
-		return nil, fmt.Errorf("sandbox %s: reading its spec: %w", sb.ID, err)
-	}
-	req = execRequest(spec, req, lv.placeholders)
+	req = execRequest(lv.spec, req, lv.placeholders)
 	req.TTY = true
 	pty, err := lv.conn.PTY(ctx, req)
 	if err != nil {
