@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -110,10 +111,10 @@ secrets:
 		// placeholder, unchanged, on the other.
 		placeholder := strings.TrimPrefix(strings.SplitN(bound, "|", 2)[0], "200/auth=Bearer ")
 		seen := up.got()
-		if !containsStr(seen, "api.test:"+up.port+" Bearer "+real) {
+		if !slices.Contains(seen, "api.test:"+up.port+" Bearer "+real) {
 			t.Errorf("the bound upstream did not get the real value: %q", seen)
 		}
-		if !containsStr(seen, "other.test:"+up.port+" Bearer "+placeholder) {
+		if !slices.Contains(seen, "other.test:"+up.port+" Bearer "+placeholder) {
 			t.Errorf("the unbound host did not get the placeholder unchanged: %q (placeholder %q)", seen, placeholder)
 		}
 		for _, s := range seen {
@@ -141,13 +142,4 @@ secrets:
 			t.Errorf("a private key inside: %q", out)
 		}
 	})
-}
-
-func containsStr(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
