@@ -6,13 +6,13 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
-	"github.com/agentbox/agentbox/internal/store"
 )
 
 // evictHarness is a docker harness whose manager evicts.
@@ -27,28 +27,42 @@ func evictHarness(t *testing.T, idle, maxAge time.Duration) (*harness, sandbox.B
 	return h, be
 }
 
-// runLong starts a long command in w and returns once it runs; stop ends
-// it and waits for its outcome.
-func runLong(t *testing.T, h *harness, wsID, sbID string) (stop func() ExecOutcome) {
+// runLong starts a long command in the workspace and returns once the
+// command itself runs (it wrote its marker; the exec row says running as
+// soon as the command is sent, before the guest confirms its start);
+// stop ends it and waits for its outcome.
+func runLong(t *testing.T, h *harness, wsID string) (stop func() (ExecOutcome, error)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan ExecOutcome, 1)
+	type ended struct {
+		out ExecOutcome
+		err error
+	}
+	done := make(chan ended, 1)
+	marker := "started-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	go func() {
-		res, _ := h.m.Exec(ctx, wsID, guest.ExecRequest{Argv: []string{"sleep", "60"}, Env: []string{"PATH=/bin"}, Timeout: time.Minute}, nil, io.Discard, io.Discard)
-		done <- res
+		res, err := h.m.Exec(ctx, wsID, guest.ExecRequest{
+			Argv: []string{"sh", "-c", "echo > /workspace/" + marker + "; exec sleep 60"},
+			Env:  []string{"PATH=/bin"}, Timeout: time.Minute,
+		}, nil, io.Discard, io.Discard)
+		done <- ended{res, err}
 	}()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		execs, _ := h.st.ListExecs(context.Background(), store.ExecFilter{SandboxID: sbID})
-		if len(execs) > 0 && execs[len(execs)-1].State == store.ExecRunning {
+		if _, ok := h.readFile(wsID, marker); ok {
 			break
 		}
+		select {
+		case e := <-done:
+			t.Fatalf("the long command ended before it ran: %+v %v", e.out, e.err)
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the long command never ran: %+v", execs)
+			t.Fatalf("the long command never ran")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return func() ExecOutcome { cancel(); return <-done }
+	return func() (ExecOutcome, error) { cancel(); e := <-done; return e.out, e.err }
 }
 
 func TestEvictIdle(t *testing.T) {
@@ -63,7 +77,7 @@ func TestEvictIdle(t *testing.T) {
 		t.Fatalf("a sandbox used just now was evicted: %v %v", ev, err)
 	}
 	// Past its idle time, but a command runs: a long test run is not idle.
-	stop := runLong(t, h, w.ID, sb.ID)
+	stop := runLong(t, h, w.ID)
 	if ev, err := h.m.Evict(ctx, later); err != nil || len(ev) != 0 {
 		t.Errorf("a sandbox running a command was evicted as idle: %v %v", ev, err)
 	}
@@ -99,14 +113,16 @@ func TestEvictMaxAge(t *testing.T) {
 	ctx := t.Context()
 	w := h.create(CreateRequest{Repo: h.repo.ID})
 	res, _, _ := h.exec(w.ID, "true")
-	stop := runLong(t, h, w.ID, res.SandboxID)
+	stop := runLong(t, h, w.ID)
 	// Too old: evicted even with a command running, which ends.
 	ev, err := h.m.Evict(ctx, time.Now().Add(2*time.Minute))
 	if err != nil || !slices.Equal(ev, []string{res.SandboxID}) {
 		t.Fatalf("Evict = %v, %v; want %s", ev, err, res.SandboxID)
 	}
-	if out := stop(); out.ExitCode == 0 {
-		t.Errorf("the command in the evicted sandbox ended %+v", out.ExecResult)
+	// Whichever comes first, the container's removal killing the command
+	// or the guest connection closing, the command must not look done.
+	if out, err := stop(); err == nil && out.ExitCode == 0 && out.Signal == 0 {
+		t.Errorf("the command in the evicted sandbox ended as a success: %+v", out.ExecResult)
 	}
 	if got, _ := h.m.GetSandbox(ctx, res.SandboxID); got.State != string(sandbox.StateStopped) {
 		t.Errorf("state %s, want stopped", got.State)
