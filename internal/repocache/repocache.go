@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -377,8 +378,15 @@ func (c *Cache) makePristine(ctx context.Context, r store.Repo, commit string) (
 // checked out (detached), origin set to the remote URL, files owned by
 // uid:gid (when >= 0) except the immutable object files.
 func CheckoutRepo(ctx context.Context, r store.Repo, commit, dir string, uid, gid int) error {
+	// Objects are hard links to the mirror's, unless dir is on another
+	// file system (a workspace with a disk quota has its own), where
+	// git's --local would fail rather than copy.
+	local := "--local"
+	if !sameDevice(r.Path, filepath.Dir(dir)) {
+		local = "--no-hardlinks"
+	}
 	steps := [][]string{
-		{"clone", "--local", "--no-checkout", "--template=", "--quiet", "--", r.Path, dir},
+		{"clone", local, "--no-checkout", "--template=", "--quiet", "--", r.Path, dir},
 		{"-C", dir, "config", "remote.origin.url", r.URL},
 		{"-C", dir, "checkout", "--quiet", "--detach", commit},
 	}
@@ -409,6 +417,22 @@ func CheckoutRepo(ctx context.Context, r store.Repo, commit, dir string, uid, gi
 		return err
 	}
 	return os.Lchown(filepath.Join(dir, ".git", "index"), uid, gid)
+}
+
+// sameDevice reports whether a and b are on one file system (false when
+// either cannot be read).
+func sameDevice(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	if err != nil {
+		return false
+	}
+	da, oka := sa.Sys().(*syscall.Stat_t)
+	db, okb := sb.Sys().(*syscall.Stat_t)
+	return oka && okb && da.Dev == db.Dev
 }
 
 // ChownTree gives every directory and every file except git's immutable

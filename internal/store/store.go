@@ -101,6 +101,12 @@ type Workspace struct {
 	Dirty bool `json:"dirty"`
 	// SizeBytes is the workspace's own disk usage, as last measured.
 	SizeBytes int64 `json:"size_bytes"`
+	// DiskQuota is the size in bytes of the workspace's own file system,
+	// which holds everything the workspace adds to its base (the overlay
+	// driver's upper layer, the copy driver's whole tree); writes past it
+	// fail with ENOSPC. 0 means no quota (the files sit on the data dir's
+	// file system).
+	DiskQuota int64 `json:"disk_quota,omitempty"`
 	// CreatedAt is when the workspace was created.
 	CreatedAt time.Time `json:"created_at"`
 	// UpdatedAt is when the row last changed.

@@ -26,7 +26,7 @@ func (d copyDriver) Create(ctx context.Context, dir string, src Source) error {
 }
 
 func (d copyDriver) Fork(ctx context.Context, parentDir, dir string, src Source) error {
-	if err := copyTree(ctx, d.Files(parentDir), d.Files(dir)); err != nil {
+	if err := copyTree(ctx, d.Files(filesRoot(parentDir)), d.Files(dir)); err != nil {
 		return err
 	}
 	if src.Branch == "" || src.Commit == "" {

@@ -111,13 +111,24 @@ func (fx *fixture) create(t *testing.T, d Driver, name string) string {
 }
 
 func TestDrivers(t *testing.T) {
-	for _, name := range []string{Overlay, Copy} {
-		t.Run(name, func(t *testing.T) {
+	// Each driver runs the suite plain and with a disk quota, which moves
+	// its layout into a volume of its own.
+	for _, c := range []struct {
+		name  string
+		quota int64
+	}{{Overlay, 0}, {Copy, 0}, {Overlay, 64 << 20}, {Copy, 64 << 20}} {
+		sub := c.name
+		if c.quota > 0 {
+			sub += "+quota"
+		}
+		name := c.name
+		t.Run(sub, func(t *testing.T) {
 			requireDriver(t, name)
 			d, err := New(name)
 			if err != nil {
 				t.Fatal(err)
 			}
+			d = WithQuota(d, c.quota)
 			if d.Name() != name {
 				t.Fatalf("New(%q).Name() = %q", name, d.Name())
 			}
@@ -214,7 +225,7 @@ func testDriverCreate(t *testing.T, d Driver) {
 		if _, err := os.Lstat(filepath.Join(fx.lower, ".git", "logs")); !os.IsNotExist(err) {
 			t.Errorf("the pristine checkout has .git/logs (err %v)", err)
 		}
-		if _, err := os.Lstat(filepath.Join(dir, "upper", ".git", "logs")); !os.IsNotExist(err) {
+		if _, err := os.Lstat(filepath.Join(filesRoot(dir), "upper", ".git", "logs")); !os.IsNotExist(err) {
 			t.Errorf("the upper layer has a .git/logs entry (err %v)", err)
 		}
 		if err := d.Create(t.Context(), filepath.Join(fx.top, "nolower"), Source{Repo: fx.repo, Commit: fx.commit}); !errors.Is(err, errdefs.ErrInvalid) {

@@ -57,7 +57,8 @@ func (d overlayDriver) Fork(ctx context.Context, parentDir, dir string, src Sour
 	if err := os.Mkdir(filepath.Join(dir, "merged"), 0o755); err != nil {
 		return err
 	}
-	if err := copyTree(ctx, filepath.Join(parentDir, "upper"), filepath.Join(dir, "upper")); err != nil {
+	// The parent's layout is inside its volume when it has a quota.
+	if err := copyTree(ctx, filepath.Join(filesRoot(parentDir), "upper"), filepath.Join(dir, "upper")); err != nil {
 		return err
 	}
 	if src.Branch != "" && src.Commit != "" {

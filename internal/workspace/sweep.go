@@ -19,6 +19,7 @@ const TempPattern = ".agentbox-tmp-*"
 // layer under a live mount). Copy workspaces are not swept: their temp
 // files stay excluded from results. Call it with the files attached.
 func SweepTemp(d Driver, dir string) (removed int) {
+	d, dir = unwrapQuota(d, dir)
 	if d.Name() != Overlay {
 		return 0
 	}

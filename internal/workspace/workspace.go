@@ -9,6 +9,9 @@
 //	DIR/tree     copy driver: the files (a standalone clone)
 //	DIR/hostgit  a host-private bare git directory used for diff, status
 //	             and commit
+//	DIR/disk.img with a disk quota: the workspace's own file system,
+//	             mounted at DIR/vol, which then holds upper, work,
+//	             merged or tree (see volume.go)
 //
 // The files contain a normal, standalone git repository (no alternates, no
 // worktree links) so git works wherever they are mounted. The host never
@@ -84,9 +87,13 @@ func New(name string) (Driver, error) {
 	return nil, errdefs.Invalid("workspace driver %q is not one of overlay, copy", name)
 }
 
-// Remove detaches the files and deletes dir entirely.
+// Remove detaches the files and deletes dir entirely. A quota volume is
+// unmounted whatever d says, so that deleting dir never descends into it.
 func Remove(ctx context.Context, d Driver, dir string) error {
 	if err := d.Detach(ctx, dir); err != nil {
+		return err
+	}
+	if err := unmountVolume(dir); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {

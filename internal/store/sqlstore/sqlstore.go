@@ -59,7 +59,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
+	// Out of order: migrations written on parallel branches carry
+	// numbers that may land after a database already has later ones.
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithAllowOutofOrder(true))
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("preparing migrations: %w", err)
@@ -281,14 +283,14 @@ func (s *Store) DeletePristine(ctx context.Context, id string) error {
 
 // --- workspaces
 
-const wsCols = `id, repo_id, COALESCE(pristine_id, ''), COALESCE(parent_id, ''), ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, created_at, updated_at`
+const wsCols = `id, repo_id, COALESCE(pristine_id, ''), COALESCE(parent_id, ''), ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, disk_quota, created_at, updated_at`
 
 func scanWorkspace(row interface{ Scan(...any) error }) (store.Workspace, error) {
 	var w store.Workspace
 	var dirty int
 	var c, u int64
 	err := row.Scan(&w.ID, &w.RepoID, &w.PristineID, &w.ParentID, &w.Ref, &w.BaseCommit, &w.Branch, &w.Task,
-		&w.Driver, &w.Dir, &w.State, &dirty, &w.SizeBytes, &c, &u)
+		&w.Driver, &w.Dir, &w.State, &dirty, &w.SizeBytes, &w.DiskQuota, &c, &u)
 	w.Dirty = dirty != 0
 	w.CreatedAt, w.UpdatedAt = fromTS(c), fromTS(u)
 	return w, err
@@ -309,10 +311,10 @@ func boolInt(b bool) int {
 }
 
 func (s *Store) CreateWorkspace(ctx context.Context, w store.Workspace) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO workspaces (id, repo_id, pristine_id, parent_id, ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, created_at, updated_at)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO workspaces (id, repo_id, pristine_id, parent_id, ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, disk_quota, created_at, updated_at)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)`,
 		w.ID, w.RepoID, nullable(w.PristineID), nullable(w.ParentID), w.Ref, w.BaseCommit, w.Branch, w.Task,
-		w.Driver, w.Dir, w.State, boolInt(w.Dirty), w.SizeBytes, ts(w.CreatedAt), ts(w.UpdatedAt))
+		w.Driver, w.Dir, w.State, boolInt(w.Dirty), w.SizeBytes, w.DiskQuota, ts(w.CreatedAt), ts(w.UpdatedAt))
 	return classify(err, "workspace "+w.ID)
 }
 
@@ -346,9 +348,9 @@ func (s *Store) ListWorkspaces(ctx context.Context, repoID string) ([]store.Work
 
 func (s *Store) UpdateWorkspace(ctx context.Context, w store.Workspace) error {
 	return execOne(ctx, s.db, "workspace "+w.ID,
-		`UPDATE workspaces SET pristine_id=$2, parent_id=$3, ref=$4, base_commit=$5, branch=$6, task=$7, driver=$8, dir=$9, state=$10, dirty=$11, size_bytes=$12, updated_at=$13 WHERE id=$1`,
+		`UPDATE workspaces SET pristine_id=$2, parent_id=$3, ref=$4, base_commit=$5, branch=$6, task=$7, driver=$8, dir=$9, state=$10, dirty=$11, size_bytes=$12, updated_at=$13, disk_quota=$14 WHERE id=$1`,
 		w.ID, nullable(w.PristineID), nullable(w.ParentID), w.Ref, w.BaseCommit, w.Branch, w.Task, w.Driver, w.Dir, w.State,
-		boolInt(w.Dirty), w.SizeBytes, ts(w.UpdatedAt))
+		boolInt(w.Dirty), w.SizeBytes, ts(w.UpdatedAt), w.DiskQuota)
 }
 
 func (s *Store) DeleteWorkspace(ctx context.Context, id string) error {
