@@ -302,22 +302,25 @@ func (c *Client) RemoveRepo(ctx context.Context, idOrURL string, force bool) (st
 
 // Workspace is a durable workspace.
 type Workspace struct {
-	ID         string    `json:"id"`
-	RepoID     string    `json:"repo_id"`
-	PristineID string    `json:"pristine_id,omitempty"`
-	ParentID   string    `json:"parent_id,omitempty"`
-	Ref        string    `json:"ref"`
-	BaseCommit string    `json:"base_commit"`
-	Branch     string    `json:"branch"`
-	Task       string    `json:"task,omitempty"`
-	Driver     string    `json:"driver"`
-	Dir        string    `json:"dir"`
-	Path       string    `json:"path"`
-	State      string    `json:"state"`
-	Dirty      bool      `json:"dirty"`
-	SizeBytes  int64     `json:"size_bytes"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	ID         string `json:"id"`
+	RepoID     string `json:"repo_id"`
+	PristineID string `json:"pristine_id,omitempty"`
+	ParentID   string `json:"parent_id,omitempty"`
+	Ref        string `json:"ref"`
+	BaseCommit string `json:"base_commit"`
+	Branch     string `json:"branch"`
+	Task       string `json:"task,omitempty"`
+	Driver     string `json:"driver"`
+	Dir        string `json:"dir"`
+	Path       string `json:"path"`
+	State      string `json:"state"`
+	Dirty      bool   `json:"dirty"`
+	SizeBytes  int64  `json:"size_bytes"`
+	// DiskQuota is the size in bytes of the workspace's own file system;
+	// 0: no quota.
+	DiskQuota int64     `json:"disk_quota,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // CreateWorkspace asks for a new workspace.
@@ -327,6 +330,8 @@ type CreateWorkspace struct {
 	Branch string `json:"branch,omitempty"`
 	Task   string `json:"task,omitempty"`
 	Driver string `json:"driver,omitempty"`
+	// Disk is the disk quota ("2G"); empty: the daemon's default.
+	Disk string `json:"disk,omitempty"`
 }
 
 // CreateWorkspace makes a workspace (adding the repo if it is a URL).
@@ -373,6 +378,17 @@ type Status struct {
 	BaseCommit string   `json:"base_commit"`
 	Dirty      bool     `json:"dirty"`
 	Changes    []Change `json:"changes"`
+	// Disk is the usage of the workspace's quota, when it has one.
+	Disk *DiskUsage `json:"disk,omitempty"`
+}
+
+// DiskUsage is what a workspace has used of its disk quota.
+type DiskUsage struct {
+	Quota     int64 `json:"quota_bytes"`
+	Used      int64 `json:"used_bytes"`
+	Free      int64 `json:"free_bytes"`
+	Files     int64 `json:"files"`
+	FilesFree int64 `json:"files_free"`
 }
 
 // Status lists changes since the base commit.
@@ -420,9 +436,21 @@ func (c *Client) Commit(ctx context.Context, id, message string, author *Author)
 
 // ForkWorkspace copies a workspace onto a new branch.
 func (c *Client) ForkWorkspace(ctx context.Context, id, branch, task string) (Workspace, error) {
+	return c.Fork(ctx, id, Fork{Branch: branch, Task: task})
+}
+
+// Fork asks for a copy of a workspace.
+type Fork struct {
+	Branch string `json:"branch,omitempty"`
+	Task   string `json:"task,omitempty"`
+	// Disk is the fork's disk quota; empty: the parent's.
+	Disk string `json:"disk,omitempty"`
+}
+
+// Fork copies a workspace as req says.
+func (c *Client) Fork(ctx context.Context, id string, req Fork) (Workspace, error) {
 	var w Workspace
-	return w, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/fork",
-		body: map[string]string{"branch": branch, "task": task}}, &w)
+	return w, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/fork", body: req}, &w)
 }
 
 // --- files

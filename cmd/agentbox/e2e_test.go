@@ -194,6 +194,15 @@ func TestCLIEveryCommandJSON(t *testing.T) {
 	ws := j("", "ws", "create", "--repo", repoID, "--task", "t1")
 	id := ws["id"].(string)
 	fork := j("", "ws", "fork", id)
+	if q := ws["disk_quota"]; q != float64(10<<30) {
+		t.Errorf("a workspace under the default configuration has disk_quota %v, want 10 GiB", q)
+	}
+	if q := j("", "ws", "fork", id, "--disk", "64M")["disk_quota"]; q != float64(64<<20) {
+		t.Errorf("ws fork --disk 64M: disk_quota %v", q)
+	}
+	if d := j("", "ws", "status", id)["disk"].(map[string]any); d["quota_bytes"] != float64(10<<30) || d["free_bytes"].(float64) <= 0 {
+		t.Errorf("ws status: disk %v", d)
+	}
 	withID := [][]string{
 		{"repo", "show", repoID},
 		{"repo", "fetch", repoID},
@@ -255,6 +264,8 @@ func TestCLIEveryCommandJSON(t *testing.T) {
 		{"ws", "create", "--repo", repoID, "--ref", "no-such-ref"},
 		{"repo", "rm", repoID},
 		{"ws", "create"},
+		{"ws", "create", "--repo", repoID, "--disk", "1K"},
+		{"ws", "create", "--repo", repoID, "--disk", "lots"},
 		{"nonsense"},
 	} {
 		out, errOut, code := runCLI(t, data, "", args...)
@@ -372,10 +383,16 @@ func TestRemountAfterReboot(t *testing.T) {
 		ids = append(ids, ws.ID)
 	}
 	d.kill9(t)
+	// A reboot: each workspace's overlay, then its quota volume, goes.
 	for _, id := range ids {
-		merged := filepath.Join(data, "workspaces", id, "merged")
-		if err := unix.Unmount(merged, 0); err != nil {
-			t.Fatalf("unmounting %s: %v", merged, err)
+		mps, err := mountinfo.Under(filepath.Join(data, "workspaces", id))
+		if err != nil || len(mps) != 2 {
+			t.Fatalf("mounts of %s: %q, %v; want the overlay and the quota volume", id, mps, err)
+		}
+		for _, mp := range mps { // deepest first
+			if err := unix.Unmount(mp, 0); err != nil {
+				t.Fatalf("unmounting %s: %v", mp, err)
+			}
 		}
 	}
 	if n := mountsUnder(t, data); n != 0 {
@@ -399,8 +416,8 @@ func TestRemountAfterReboot(t *testing.T) {
 			t.Errorf("%s: git status %q", id, out)
 		}
 	}
-	if n := mountsUnder(t, data); n != len(ids) {
-		t.Errorf("%d mounts after restart, want %d", n, len(ids))
+	if n := mountsUnder(t, data); n != 2*len(ids) {
+		t.Errorf("%d mounts after restart, want %d", n, 2*len(ids))
 	}
 }
 

@@ -35,13 +35,18 @@ func printWorkspace(w io.Writer, ws client.Workspace) {
 		fmt.Fprintf(tw, "forked from\t%s\n", ws.ParentID)
 	}
 	fmt.Fprintf(tw, "driver\t%s\nstate\t%s\ndirty\t%v\npath\t%s\n", ws.Driver, ws.State, ws.Dirty, ws.Path)
+	if ws.DiskQuota > 0 {
+		fmt.Fprintf(tw, "disk quota\t%s\n", humanBytes(ws.DiskQuota))
+	} else {
+		fmt.Fprintf(tw, "disk quota\tnone\n")
+	}
 	tw.Flush()
 }
 
 func (c *cli) wsCreateCmd() *cobra.Command {
 	var req client.CreateWorkspace
 	cmd := &cobra.Command{
-		Use:   "create --repo URL|ID [--ref REF] [--branch NAME] [--task LABEL]",
+		Use:   "create --repo URL|ID [--ref REF] [--branch NAME] [--task LABEL] [--disk SIZE]",
 		Short: "Create a workspace at a ref on its own branch (adds the repo if needed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,6 +69,7 @@ func (c *cli) wsCreateCmd() *cobra.Command {
 	fl.StringVar(&req.Branch, "branch", "", "the workspace's own branch (default agentbox/<id>)")
 	fl.StringVar(&req.Task, "task", "", "a label for the task this workspace serves")
 	fl.StringVar(&req.Driver, "driver", "", "overlay or copy (default: the daemon's)")
+	fl.StringVar(&req.Disk, "disk", "", `disk quota for what the workspace adds, as "2G" (default: the daemon's workspace_disk_quota)`)
 	cmd.MarkFlagRequired("repo")
 	return cmd
 }
@@ -170,6 +176,9 @@ func (c *cli) wsStatusCmd() *cobra.Command {
 			}
 			return c.emit(s, func(w io.Writer) {
 				fmt.Fprintf(w, "workspace %s on branch %s at %s (base %s)\n", s.ID, s.Branch, short(s.Head), short(s.BaseCommit))
+				if d := s.Disk; d != nil {
+					fmt.Fprintf(w, "disk: %s used of %s (%s free), %d files (%d more fit)\n", humanBytes(d.Used), humanBytes(d.Quota), humanBytes(d.Free), d.Files, d.FilesFree)
+				}
 				if len(s.Changes) == 0 {
 					fmt.Fprintln(w, "no changes since the base commit")
 				}
@@ -325,9 +334,9 @@ func firstLine(s string) string {
 }
 
 func (c *cli) wsForkCmd() *cobra.Command {
-	var branch, task string
+	var req client.Fork
 	cmd := &cobra.Command{
-		Use:   "fork WS [--branch NAME] [--task LABEL]",
+		Use:   "fork WS [--branch NAME] [--task LABEL] [--disk SIZE]",
 		Short: "Fork a workspace (copies only its own changes) for a parallel attempt",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -335,7 +344,7 @@ func (c *cli) wsForkCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ws, err := cl.ForkWorkspace(cmd.Context(), args[0], branch, task)
+			ws, err := cl.Fork(cmd.Context(), args[0], req)
 			if err != nil {
 				return err
 			}
@@ -344,7 +353,8 @@ func (c *cli) wsForkCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&branch, "branch", "", "the fork's branch (default agentbox/<id>)")
-	cmd.Flags().StringVar(&task, "task", "", "task label (default: the parent's)")
+	cmd.Flags().StringVar(&req.Branch, "branch", "", "the fork's branch (default agentbox/<id>)")
+	cmd.Flags().StringVar(&req.Task, "task", "", "task label (default: the parent's)")
+	cmd.Flags().StringVar(&req.Disk, "disk", "", "the fork's disk quota (default: the parent's)")
 	return cmd
 }

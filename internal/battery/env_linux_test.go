@@ -46,6 +46,9 @@ const (
 
 const testImage = "agentbox/busybox:latest"
 
+// diskQuota is every battery workspace's disk quota (SECURITY.md F38).
+const diskQuota = 64 << 20
+
 // probePath is where each workspace holds the probe, as the sandbox sees it.
 const (
 	probeName = ".battery-probe"
@@ -171,7 +174,7 @@ func newEnv(t *testing.T, name string) *env {
 		},
 	})
 	m, err := manager.New(context.Background(), st, manager.Config{
-		DataDir: e.data, Driver: workspace.Overlay, UID: sandboxUID, GID: sandboxGID,
+		DataDir: e.data, Driver: workspace.Overlay, UID: sandboxUID, GID: sandboxGID, DiskQuota: diskQuota,
 		Logger:   slog.New(slog.NewJSONHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Backends: map[string]sandbox.Backend{name: e.be}, DefaultBackend: name, DefaultImage: testImage, GuestBinary: guestBin,
 		Egress: proxy, Secrets: box, CABundle: ca.CertPEM(),

@@ -37,6 +37,7 @@ func TestResources(t *testing.T) {
 		t.Run("F36 fork bomb", func(t *testing.T) { testForkBomb(t, e) })
 		t.Run("F37 memory bomb", func(t *testing.T) { testMemoryBomb(t, e) })
 		t.Run("F38 tmp exhaustion", func(t *testing.T) { testTmpExhaustion(t, e) })
+		t.Run("F38 workspace exhaustion", func(t *testing.T) { testWorkspaceExhaustion(t, e) })
 		t.Run("F39 cpu, flood, escapes", func(t *testing.T) { testCPUAndFlood(t, e) })
 		t.Run("F40 timeout kills the tree", func(t *testing.T) { testTimeoutTree(t, e) })
 		t.Run("F41 unwaited children", func(t *testing.T) { testUnwaited(t, e) })
@@ -174,8 +175,7 @@ func hostFree(t *testing.T, dir string) int64 {
 	return int64(st.Bavail) * st.Bsize
 }
 
-// testTmpExhaustion fills /tmp. The workspace's disk quota is a later
-// issue (SECURITY.md F38 asks for it too): only /tmp is checked here.
+// testTmpExhaustion fills /tmp.
 func testTmpExhaustion(t *testing.T, e *env) {
 	l := small(e)
 	l.MemoryBytes = 256 << 20
@@ -200,6 +200,64 @@ func testTmpExhaustion(t *testing.T, e *env) {
 	}
 	if _, out, _ := x.sh(t, "rm /tmp/fill && echo ok"); out != "ok\n" {
 		t.Errorf("after the fill: %q", out)
+	}
+}
+
+// testWorkspaceExhaustion fills the workspace, with bytes and then with
+// files: both stop at its disk quota, the host's free space stays, the
+// file API still reads it, and it works again once the sandbox cleans up.
+func testWorkspaceExhaustion(t *testing.T, e *env) {
+	x := e.newBox(t, small(e))
+	if x.ws.DiskQuota != diskQuota {
+		t.Fatalf("the workspace's quota is %d, want %d", x.ws.DiskQuota, diskQuota)
+	}
+	before := hostFree(t, e.data)
+	res, out, _ := x.run(t, guest.ExecRequest{Argv: []string{probePath, "fill", "/workspace/fill", strconv.Itoa(1 << 30)}}, "")
+	after := hostFree(t, e.data)
+	t.Logf("%s: filling /workspace: %+v %q; host free space %d -> %d", e.name, res.ExecResult, out, before, after)
+	f := linesWith(out, "wrote")
+	if len(f) != 1 {
+		t.Fatalf("fill: %q", out)
+	}
+	wrote, _ := strconv.ParseInt(f[0][0], 10, 64)
+	if res.ExitCode == 0 || !strings.Contains(f[0][1], "ENOSPC") {
+		t.Errorf("writing 1 GiB to a workspace with a %d-byte quota ended %+v %q, want ENOSPC", diskQuota, res.ExecResult, out)
+	}
+	if wrote > diskQuota || wrote < diskQuota/2 {
+		t.Errorf("the workspace took %d bytes, its quota is %d", wrote, diskQuota)
+	}
+	if before-after > diskQuota+(64<<20) {
+		t.Errorf("the host lost %d bytes of free space while the sandbox filled a %d-byte quota", before-after, diskQuota)
+	}
+	// Full, the workspace still reads through the file API, and a write
+	// through it fails cleanly.
+	fs, release, err := e.m.Files(t.Context(), x.ws.ID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if _, err := fs.Read(t.Context(), "README.md", &b); err != nil || b.Len() == 0 {
+		t.Errorf("reading a full workspace: %v", err)
+	}
+	if _, err := fs.Write(t.Context(), "api.txt", bytes.NewReader(make([]byte, 4<<20)), 0o644, false); err == nil {
+		t.Error("the file API wrote 4 MiB into a full workspace")
+	}
+	release()
+	if _, out, _ := x.sh(t, "rm /workspace/fill && echo ok"); out != "ok\n" {
+		t.Fatalf("after the fill: %q", out)
+	}
+
+	res, out, _ = x.run(t, guest.ExecRequest{Argv: []string{probePath, "files", "/workspace/many", "10000000"}}, "")
+	t.Logf("%s: filling /workspace with files: %+v %q", e.name, res.ExecResult, out)
+	m := linesWith(out, "made")
+	if len(m) != 1 || res.ExitCode == 0 || !strings.Contains(m[0][1], "ENOSPC") {
+		t.Errorf("creating files until the quota: %+v %q, want ENOSPC", res.ExecResult, out)
+	}
+	if made, _ := strconv.ParseInt(m[0][0], 10, 64); made > diskQuota/1024 {
+		t.Errorf("%d files fit in a %d-byte quota", made, diskQuota)
+	}
+	if _, out, _ := x.sh(t, "rm -r /workspace/many && echo ok > /workspace/after && cat /workspace/after"); out != "ok\n" {
+		t.Errorf("after the files were removed: %q", out)
 	}
 }
 

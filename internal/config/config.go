@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/policy"
 )
 
 // Duration is a time.Duration written as "30s" in files.
@@ -52,6 +53,10 @@ type Config struct {
 	Token string `json:"token"`
 	// WorkspaceDriver is "auto", "overlay" or "copy".
 	WorkspaceDriver string `json:"workspace_driver"`
+	// WorkspaceDiskQuota is the disk quota of a workspace whose request
+	// names none ("10G"): what it adds to its base lives in a file system
+	// of this size. 0 turns quotas off for such workspaces.
+	WorkspaceDiskQuota policy.ByteSize `json:"workspace_disk_quota"`
 	// SandboxUID and SandboxGID own workspace files: the user commands run
 	// as inside sandboxes. -1 keeps the daemon's own user.
 	SandboxUID int `json:"sandbox_uid"`
@@ -111,6 +116,7 @@ func Default() Config {
 	return Config{
 		DataDir:            DefaultDataDir(),
 		WorkspaceDriver:    "auto",
+		WorkspaceDiskQuota: 10 << 30,
 		SandboxUID:         uid,
 		SandboxGID:         gid,
 		GitTimeout:         Duration{2 * time.Minute},
@@ -187,6 +193,9 @@ func (c *Config) Validate() error {
 	case "auto", "overlay", "copy":
 	default:
 		probs = append(probs, fmt.Sprintf("workspace_driver %q is not one of auto, overlay, copy", c.WorkspaceDriver))
+	}
+	if q := c.WorkspaceDiskQuota; q != 0 && q < 1<<20 {
+		probs = append(probs, fmt.Sprintf("workspace_disk_quota %s is under the minimum of 1M (0 turns quotas off)", q))
 	}
 	if (c.SandboxUID < 0) != (c.SandboxGID < 0) {
 		probs = append(probs, "sandbox_uid and sandbox_gid must both be set or both be -1")

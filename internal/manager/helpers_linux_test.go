@@ -93,6 +93,9 @@ func newHarness(t *testing.T, driver string) *harness {
 	t.Helper()
 	requireDriver(t, driver)
 	h := &harness{t: t, driver: driver, data: t.TempDir(), home: t.TempDir()}
+	if q := suiteQuota; q > 0 {
+		h.configure = func(c *Config) { c.DiskQuota = q }
+	}
 	h.open()
 	// Registered after t.TempDir, so it runs before the directories go.
 	t.Cleanup(h.cleanup)

@@ -49,6 +49,9 @@ type Config struct {
 	GitTimeout time.Duration
 	// MaxDiffBytes caps a diff.
 	MaxDiffBytes int64
+	// DiskQuota is the disk quota in bytes of a new workspace whose request
+	// names none (a fork's default is its parent's); 0: no quota.
+	DiskQuota int64
 	// Logger is the daemon's logger.
 	Logger *slog.Logger
 
@@ -179,6 +182,13 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	default:
 		return nil, errdefs.Invalid("workspace driver %q is not one of auto, overlay, copy", cfg.Driver)
 	}
+	// A quota the daemon cannot enforce is an error at start, not a
+	// workspace that silently has none.
+	if cfg.DiskQuota > 0 {
+		if err := workspace.ProbeVolume(ctx, m.wsDir); err != nil {
+			return nil, fmt.Errorf("workspace disk quotas are configured but do not work in %s (set workspace_disk_quota: 0 to run without): %w", m.wsDir, err)
+		}
+	}
 	if err := m.Recover(ctx); err != nil {
 		return nil, err
 	}
@@ -296,6 +306,9 @@ type CreateRequest struct {
 	Task string `json:"task,omitempty"`
 	// Driver overrides the default driver ("overlay" or "copy").
 	Driver string `json:"driver,omitempty"`
+	// Disk is the workspace's disk quota ("2G"); empty: the daemon's
+	// default. What the workspace adds to its base stops there (ENOSPC).
+	Disk policy.ByteSize `json:"disk,omitempty"`
 }
 
 func validTask(task string) error {
@@ -326,6 +339,11 @@ func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store
 	if err := validTask(req.Task); err != nil {
 		return store.Workspace{}, err
 	}
+	quota, err := m.diskQuota(req.Disk, 0)
+	if err != nil {
+		return store.Workspace{}, err
+	}
+	drv = workspace.WithQuota(drv, quota)
 	if req.Branch != "" {
 		if err := workspace.ValidBranch(ctx, req.Branch); err != nil {
 			return store.Workspace{}, err
@@ -370,7 +388,7 @@ func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store
 	}
 	now := time.Now().UTC()
 	w := store.Workspace{ID: id, RepoID: repo.ID, PristineID: pristine.ID, Ref: ref, BaseCommit: commit,
-		Branch: branch, Task: req.Task, Driver: driverName, Dir: filepath.Join(m.wsDir, id),
+		Branch: branch, Task: req.Task, Driver: driverName, Dir: filepath.Join(m.wsDir, id), DiskQuota: quota,
 		State: store.WorkspaceCreating, CreatedAt: now, UpdatedAt: now}
 
 	var undo cleanup
@@ -463,8 +481,45 @@ func (m *Manager) ListWorkspaces(ctx context.Context, f ListFilter) ([]store.Wor
 
 // FilesPath is the host path of a workspace's files.
 func (m *Manager) FilesPath(w store.Workspace) string {
-	drv, _ := workspace.New(w.Driver)
+	drv, _ := driverOf(w)
 	return drv.Files(w.Dir)
+}
+
+// driverOf is the driver of existing workspace w, with its quota.
+func driverOf(w store.Workspace) (workspace.Driver, error) {
+	drv, err := workspace.New(w.Driver)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %s: %w", w.ID, err)
+	}
+	return workspace.WithQuota(drv, w.DiskQuota), nil
+}
+
+// diskQuota is the quota of a new workspace: asked (0: none asked), else
+// inherited, else the daemon's default; within the policy ceiling.
+func (m *Manager) diskQuota(asked policy.ByteSize, inherited int64) (int64, error) {
+	q := int64(asked)
+	switch {
+	case q < 0:
+		return 0, errdefs.Invalid("disk %d: a quota cannot be negative", q)
+	case q == 0 && inherited > 0:
+		return inherited, nil
+	case q == 0:
+		q = m.cfg.DiskQuota
+	}
+	if q == 0 {
+		return 0, nil
+	}
+	c := policy.DefaultCeilings()
+	if m.cfg.Ceilings != nil {
+		c = *m.cfg.Ceilings
+	}
+	if q < workspace.MinQuota {
+		return 0, errdefs.Invalid("disk %s is under the minimum quota of %s", policy.ByteSize(q), policy.ByteSize(workspace.MinQuota))
+	}
+	if c.Disk > 0 && q > int64(c.Disk) {
+		return 0, errdefs.Invalid("disk %s is over the daemon's ceiling of %s", policy.ByteSize(q), c.Disk)
+	}
+	return q, nil
 }
 
 // RemoveWorkspace unmounts and deletes a workspace. The row is marked
@@ -500,7 +555,7 @@ func (m *Manager) finishRemove(ctx context.Context, w store.Workspace) error {
 			return err
 		}
 	}
-	drv, err := workspace.New(w.Driver)
+	drv, err := driverOf(w)
 	if err != nil {
 		return err
 	}
@@ -521,6 +576,9 @@ func (m *Manager) finishRemove(ctx context.Context, w store.Workspace) error {
 type ForkRequest struct {
 	Branch string `json:"branch,omitempty"`
 	Task   string `json:"task,omitempty"`
+	// Disk is the fork's disk quota; empty: the parent's (or, if it has
+	// none, the daemon's default). The parent's own changes must fit.
+	Disk policy.ByteSize `json:"disk,omitempty"`
 }
 
 // ForkWorkspace makes an independent copy of workspace id, copying only
@@ -541,10 +599,15 @@ func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest)
 			return store.Workspace{}, err
 		}
 	}
-	drv, err := workspace.New(parent.Driver)
+	drv, err := driverOf(parent)
 	if err != nil {
 		return parent, err
 	}
+	quota, err := m.diskQuota(req.Disk, parent.DiskQuota)
+	if err != nil {
+		return parent, err
+	}
+	childDrv := workspace.WithQuota(workspace.Unwrap(drv), quota)
 	var lower string
 	if parent.PristineID != "" {
 		p, err := m.st.GetPristine(ctx, parent.PristineID)
@@ -570,7 +633,7 @@ func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest)
 	now := time.Now().UTC()
 	w := parent
 	w.ID, w.ParentID, w.Branch, w.Task, w.Dir = cid, parent.ID, branch, task, filepath.Join(m.wsDir, cid)
-	w.State, w.CreatedAt, w.UpdatedAt = store.WorkspaceCreating, now, now
+	w.State, w.CreatedAt, w.UpdatedAt, w.DiskQuota = store.WorkspaceCreating, now, now, quota
 
 	var undo cleanup
 	defer undo.run()
@@ -581,7 +644,7 @@ func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest)
 	if err := os.Mkdir(w.Dir, 0o711); err != nil {
 		return w, err
 	}
-	undo.add(func() { workspace.Remove(context.WithoutCancel(ctx), drv, w.Dir) })
+	undo.add(func() { workspace.Remove(context.WithoutCancel(ctx), childDrv, w.Dir) })
 	if err := m.step("fork-files"); err != nil {
 		return w, err
 	}
@@ -592,7 +655,7 @@ func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest)
 		return w, fmt.Errorf("forking workspace %s: %w", id, err)
 	}
 	src := workspace.Source{Lower: lower, Branch: branch, Commit: head, UID: m.cfg.UID, GID: m.cfg.GID}
-	if err := drv.Fork(ctx, parent.Dir, w.Dir, src); err != nil {
+	if err := childDrv.Fork(ctx, parent.Dir, w.Dir, src); err != nil {
 		return w, fmt.Errorf("forking workspace %s: %w", id, err)
 	}
 	repo, err := m.st.GetRepo(ctx, parent.RepoID)
@@ -625,7 +688,7 @@ func (m *Manager) ready(ctx context.Context, id string) (store.Workspace, worksp
 	if w.State != store.WorkspaceReady {
 		return w, nil, fmt.Errorf("workspace %s is %s: %w", id, w.State, errdefs.ErrConflict)
 	}
-	drv, err := workspace.New(w.Driver)
+	drv, err := driverOf(w)
 	if err != nil {
 		return w, nil, err
 	}
@@ -698,6 +761,8 @@ type Status struct {
 	BaseCommit string             `json:"base_commit"`
 	Dirty      bool               `json:"dirty"`
 	Changes    []workspace.Change `json:"changes"`
+	// Disk is the usage of the workspace's quota, when it has one.
+	Disk *workspace.Usage `json:"disk,omitempty"`
 }
 
 // Status lists what changed since the base commit.
@@ -718,6 +783,11 @@ func (m *Manager) Status(ctx context.Context, id string) (Status, error) {
 		return Status{}, named(id, err)
 	}
 	s := Status{ID: id, Branch: branch, Head: head, BaseCommit: w.BaseCommit, Dirty: len(changes) > 0, Changes: changes}
+	if w.DiskQuota > 0 {
+		if u, err := workspace.VolumeUsage(w.Dir); err == nil {
+			s.Disk = &u
+		}
+	}
 	m.setDirty(ctx, w, s.Dirty)
 	return s, nil
 }

@@ -44,7 +44,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			m.event(ctx, ev, map[string]any{"reason": "unfinished " + w.State + " at start"})
 		case store.WorkspaceReady:
-			drv, err := workspace.New(w.Driver)
+			drv, err := driverOf(w)
 			if err != nil {
 				errs = append(errs, err)
 				continue

@@ -115,9 +115,6 @@ func (m *Manager) applyPolicy(spec sandbox.Spec) (sandbox.Spec, error) {
 	if len(p.Secrets) > 0 && (m.cfg.Secrets == nil || m.cfg.Intercept == nil) {
 		return spec, errdefs.Invalid("policy secrets: this daemon has no secret store or cannot swap secrets in")
 	}
-	if p.Limits.Disk > 0 {
-		return spec, errdefs.Invalid("policy limits.disk: workspace disk quotas are not enforced by this daemon yet")
-	}
 	l := p.Limits
 	if l.CPUs > 0 {
 		spec.Limits.CPUs = l.CPUs
@@ -135,6 +132,24 @@ func (m *Manager) applyPolicy(spec sandbox.Spec) (sandbox.Spec, error) {
 		spec.Lifetime = time.Duration(l.SandboxTimeout)
 	}
 	return spec, nil
+}
+
+// diskFits checks a policy's limits.disk against the workspace's quota,
+// which is what enforces it: the sandbox may add at most the quota to its
+// workspace, so a quota above the limit (or none) cannot honour it. Quotas
+// are set when a workspace is made, not changed by a sandbox.
+func diskFits(spec sandbox.Spec, w store.Workspace) error {
+	if spec.Policy == nil || spec.Policy.Limits.Disk <= 0 {
+		return nil
+	}
+	limit := spec.Policy.Limits.Disk
+	if w.DiskQuota <= 0 {
+		return errdefs.Invalid("policy limits.disk %s: workspace %s has no disk quota; make the workspace with one (ws create --disk %s)", limit, w.ID, limit)
+	}
+	if w.DiskQuota > int64(limit) {
+		return errdefs.Invalid("policy limits.disk %s: workspace %s has a disk quota of %s, more than the limit; make the workspace with --disk %s", limit, w.ID, policy.ByteSize(w.DiskQuota), limit)
+	}
+	return nil
 }
 
 // execRequest completes a command's request with what the sandbox's
@@ -225,6 +240,9 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	}
 	be, err := m.backend(spec.Backend)
 	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := diskFits(spec, w); err != nil {
 		return store.Sandbox{}, err
 	}
 	if m.cfg.GuestBinary == "" {

@@ -30,6 +30,29 @@ import (
 func TestOverlay(t *testing.T) { runDriverSuite(t, workspace.Overlay) }
 func TestCopy(t *testing.T)    { runDriverSuite(t, workspace.Copy) }
 
+// The suite again with every workspace in a quota volume of its own.
+func TestOverlayQuota(t *testing.T) { withSuiteQuota(t); runDriverSuite(t, workspace.Overlay) }
+func TestCopyQuota(t *testing.T)    { withSuiteQuota(t); runDriverSuite(t, workspace.Copy) }
+
+// suiteQuota, when set, is the default disk quota of the harnesses that
+// newHarness makes. Only the non-parallel top-level tests above set it,
+// and top-level tests that are not parallel never overlap.
+var suiteQuota int64
+
+// layoutDir is where the driver keeps w's layout (upper, tree): inside
+// its quota volume when it has one.
+func layoutDir(w store.Workspace) string {
+	if w.DiskQuota > 0 {
+		return filepath.Join(w.Dir, "vol")
+	}
+	return w.Dir
+}
+
+func withSuiteQuota(t *testing.T) {
+	suiteQuota = 64 << 20
+	t.Cleanup(func() { suiteQuota = 0 })
+}
+
 func runDriverSuite(t *testing.T, driver string) {
 	requireDriver(t, driver)
 	tests := []struct {
@@ -157,7 +180,7 @@ func testCreate(t *testing.T, driver string) {
 			}
 			want := store.Workspace{ID: w.ID, RepoID: h.repo.ID, PristineID: w.PristineID, Ref: tt.wantRef,
 				BaseCommit: tt.wantCommit, Branch: branch, Task: tt.req.Task, Driver: driver,
-				Dir: filepath.Join(h.data, "workspaces", w.ID), State: store.WorkspaceReady}
+				Dir: filepath.Join(h.data, "workspaces", w.ID), State: store.WorkspaceReady, DiskQuota: suiteQuota}
 			if diff := cmp.Diff(want, w, ignoreTimes); diff != "" {
 				t.Errorf("CreateWorkspace (-want +got):\n%s", diff)
 			}
@@ -377,6 +400,10 @@ func testStatusDiff(t *testing.T, driver string) {
 	w := h.create(CreateRequest{})
 	clean := h.status(w.ID)
 	want := Status{ID: w.ID, Branch: w.Branch, Head: w.BaseCommit, BaseCommit: w.BaseCommit, Dirty: false, Changes: []workspace.Change{}}
+	if (clean.Disk != nil) != (suiteQuota > 0) || clean.Disk != nil && clean.Disk.Quota != suiteQuota {
+		t.Errorf("Status.Disk = %+v with a quota of %d", clean.Disk, suiteQuota)
+	}
+	clean.Disk = nil
 	if diff := cmp.Diff(want, clean); diff != "" {
 		t.Errorf("Status of a new workspace (-want +got):\n%s", diff)
 	}
@@ -450,7 +477,9 @@ func testStatusDiff(t *testing.T, driver string) {
 	h.writeFile(w.ID, "docs/guide.txt", v1Files["docs/guide.txt"])
 	h.removeFile(w.ID, "src/new.go")
 	h.removeFile(w.ID, "assets/logo.bin")
-	if diff := cmp.Diff(want, h.status(w.ID)); diff != "" {
+	undone := h.status(w.ID)
+	undone.Disk = nil
+	if diff := cmp.Diff(want, undone); diff != "" {
 		t.Errorf("Status after undoing (-want +got):\n%s", diff)
 	}
 	if d := h.diff(w.ID); d != "" {
@@ -726,10 +755,13 @@ func testRemountAfterRestart(t *testing.T, driver string) {
 		b.ID: {{Status: "D", Path: "README.md"}, {Status: "A", Path: "b.txt"}},
 		c.ID: {{Status: "A", Path: "a.txt"}, {Status: "A", Path: "c.txt"}},
 	}
-	if driver == workspace.Overlay {
+	if driver == workspace.Overlay || suiteQuota > 0 {
+		// A reboot: the overlay and then the quota volume go.
 		for _, w := range wss {
-			if err := unix.Unmount(h.files(w), 0); err != nil {
-				t.Fatal(err)
+			for _, mp := range mountsUnder(t, w.Dir) { // deepest first
+				if err := unix.Unmount(mp, 0); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		if left := mountsUnder(t, h.data); len(left) != 0 {
@@ -749,7 +781,7 @@ func testRemountAfterRestart(t *testing.T, driver string) {
 			t.Errorf("%s: branch after restart = %q", w.ID, got)
 		}
 		want := 0
-		if driver == workspace.Overlay {
+		if driver == workspace.Overlay || suiteQuota > 0 {
 			want = 1
 		}
 		if n := len(h.events(w.ID, "workspace.remounted")); n != want {
@@ -824,7 +856,7 @@ func testReattachOnUse(t *testing.T, driver string) {
 			t.Errorf("%d workspace.remounted events, want 1", n)
 		}
 		// What was written after the unmount is in the upper layer.
-		if _, err := os.Stat(filepath.Join(w.Dir, "upper", "later.txt")); err != nil {
+		if _, err := os.Stat(filepath.Join(layoutDir(w), "upper", "later.txt")); err != nil {
 			t.Errorf("later.txt is not in the upper layer: %v", err)
 		}
 	}
@@ -981,8 +1013,15 @@ func testCrashLeftovers(t *testing.T, driver string) {
 			t.Errorf("%s: %d %s events, want 1", tt.w.ID, n, tt.wantEvent)
 		}
 	}
-	if left := mountsUnder(t, h.data); driver == workspace.Overlay && !slices.Equal(left, []string{h.files(keep)}) {
-		t.Errorf("mounts after restart = %q, want only %s", left, h.files(keep))
+	wantMounts := []string{} // deepest first
+	if driver == workspace.Overlay {
+		wantMounts = append(wantMounts, h.files(keep))
+	}
+	if suiteQuota > 0 {
+		wantMounts = append(wantMounts, layoutDir(keep))
+	}
+	if left := mountsUnder(t, h.data); !slices.Equal(left, wantMounts) {
+		t.Errorf("mounts after restart = %q, want %q", left, wantMounts)
 	}
 	if diff := cmp.Diff([]string{keep.ID}, dirNames(t, filepath.Join(h.data, "workspaces"))); diff != "" {
 		t.Errorf("workspace dirs after restart (-want +got):\n%s", diff)

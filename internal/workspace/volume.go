@@ -76,3 +76,11 @@ func Quota(d Driver) int64 {
 	}
 	return 0
 }
+
+// Unwrap is d without its quota.
+func Unwrap(d Driver) Driver {
+	if q, ok := d.(quotaDriver); ok {
+		return q.inner
+	}
+	return d
+}

@@ -46,6 +46,24 @@ func makeVolume(ctx context.Context, dir string, size int64) error {
 	return mountVolume(ctx, dir)
 }
 
+// ProbeVolume reports whether quota volumes work in scratch (the
+// directory that holds workspaces): mkfs.ext4, a loop device, a mount.
+func ProbeVolume(ctx context.Context, scratch string) error {
+	dir, err := os.MkdirTemp(scratch, ".volume-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := makeVolume(ctx, dir, MinQuota); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, volumeMount, "x"), []byte("x"), 0o600); err != nil {
+		unmountVolume(dir)
+		return fmt.Errorf("writing to a quota volume: %w", err)
+	}
+	return unmountVolume(dir)
+}
+
 // volumeMounted reports whether dir/vol is a mount point (its device
 // differs from dir's).
 func volumeMounted(dir string) (bool, error) {

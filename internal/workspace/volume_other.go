@@ -33,6 +33,9 @@ func (quotaDriver) Attach(context.Context, string, string) error       { return 
 func (quotaDriver) Detach(context.Context, string) error               { return nil }
 func (quotaDriver) Attached(string) (bool, error)                      { return false, nil }
 
+// ProbeVolume needs Linux.
+func ProbeVolume(context.Context, string) error { return errNoVolume }
+
 // VolumeUsage needs Linux.
 func VolumeUsage(string) (Usage, error) { return Usage{}, errNoVolume }
 

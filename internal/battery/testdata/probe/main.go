@@ -86,6 +86,8 @@ func main() {
 		alloc(atoi(args[0]))
 	case "fill":
 		fill(args[0], atoi(args[1]))
+	case "files":
+		files(args[0], atoi(args[1]))
 	case "burn":
 		burn(args[0])
 	case "flood":
@@ -804,6 +806,25 @@ func fill(p string, n int64) {
 		}
 	}
 	fmt.Printf("wrote %d err=0\n", wrote)
+}
+
+// files creates up to n empty files in dir (made first) until one fails.
+func files(dir string, n int64) {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		fmt.Println("mkdir", errOf(err))
+		os.Exit(1)
+	}
+	var made int64
+	for made < n {
+		f, err := os.Create(filepath.Join(dir, strconv.FormatInt(made, 10)))
+		if err != nil {
+			fmt.Printf("made %d err=%s\n", made, errOf(err))
+			os.Exit(1)
+		}
+		f.Close()
+		made++
+	}
+	fmt.Printf("made %d err=0\n", made)
 }
 
 // burn spins two threads for the duration.
