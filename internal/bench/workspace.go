@@ -11,6 +11,10 @@
 //	worktree_add    git worktree add <dir> -b <name> main, from a clone
 //	overlay_fork    manager.ForkWorkspace of an overlay workspace with changes
 //	copy_fork       manager.ForkWorkspace of a copy workspace with changes
+//	overlay_create_quota, overlay_fork_quota
+//	                the same with a 10 GiB disk quota (the daemon's
+//	                default): the workspace's own ext4 volume is made and
+//	                mounted too
 //
 // plus the one-time cost of the first overlay workspace of a commit, which
 // makes the shared pristine checkout. Everything created is removed between
@@ -70,7 +74,13 @@ const (
 	CaseWorktreeAdd   = "worktree_add"
 	CaseOverlayFork   = "overlay_fork"
 	CaseCopyFork      = "copy_fork"
+	// With the daemon's default disk quota.
+	CaseOverlayCreateQuota = "overlay_create_quota"
+	CaseOverlayForkQuota   = "overlay_fork_quota"
 )
+
+// benchQuota is the disk quota of the _quota cases: the daemon's default.
+const benchQuota = 10 << 30
 
 // Targets printed next to the results.
 const (
@@ -111,10 +121,12 @@ var ratioDefs = [][2]string{
 	{CaseCloneShared, CaseCopyCreate},
 	{CaseCopyCreate, CaseOverlayCreate},
 	{CaseCopyFork, CaseOverlayFork},
+	{CaseOverlayCreateQuota, CaseOverlayCreate},
+	{CaseOverlayForkQuota, CaseOverlayFork},
 }
 
 // caseOrder is the order of the measured cases in the result.
-var caseOrder = []string{CaseOverlayCreate, CaseCopyCreate, CaseCloneShared, CaseWorktreeAdd, CaseOverlayFork, CaseCopyFork}
+var caseOrder = []string{CaseOverlayCreate, CaseCopyCreate, CaseCloneShared, CaseWorktreeAdd, CaseOverlayFork, CaseCopyFork, CaseOverlayCreateQuota, CaseOverlayForkQuota}
 
 // Workspace runs the workspace benchmark. log receives progress lines (nil
 // discards them). Workspaces, clones and mounts it made are removed before
@@ -500,8 +512,12 @@ func (h *harness) runners(ctx context.Context) ([]runner, error) {
 	// Fork parents: one workspace per driver with Changed files modified
 	// through the file API, as an agent would.
 	parents := map[string]store.Workspace{}
-	for _, drv := range []string{workspace.Overlay, workspace.Copy} {
-		w, err := h.m.CreateWorkspace(ctx, manager.CreateRequest{Repo: h.repo.ID, Ref: "main", Driver: drv, Task: "bench-parent"})
+	for _, drv := range []string{workspace.Overlay, workspace.Copy, workspace.Overlay + "+quota"} {
+		req := manager.CreateRequest{Repo: h.repo.ID, Ref: "main", Driver: drv, Task: "bench-parent"}
+		if drv == workspace.Overlay+"+quota" {
+			req.Driver, req.Disk = workspace.Overlay, benchQuota
+		}
+		w, err := h.m.CreateWorkspace(ctx, req)
 		if err != nil {
 			return nil, fmt.Errorf("bench: fork parent (%s): %w", drv, err)
 		}
@@ -515,7 +531,11 @@ func (h *harness) runners(ctx context.Context) ([]runner, error) {
 	var last store.Workspace // the latest workspace made, for checks
 	create := func(drv string) func(context.Context, int) (func() error, error) {
 		return func(ctx context.Context, _ int) (func() error, error) {
-			w, err := h.m.CreateWorkspace(ctx, manager.CreateRequest{Repo: h.repo.ID, Ref: "main", Driver: drv, Task: "bench"})
+			req := manager.CreateRequest{Repo: h.repo.ID, Ref: "main", Driver: drv, Task: "bench"}
+			if drv == workspace.Overlay+"+quota" {
+				req.Driver, req.Disk = workspace.Overlay, benchQuota
+			}
+			w, err := h.m.CreateWorkspace(ctx, req)
 			if err != nil {
 				return nil, err
 			}
@@ -564,6 +584,8 @@ func (h *harness) runners(ctx context.Context) ([]runner, error) {
 		}, check: func(i int) error { return h.checkTree(dirOf("worktree", i)) }},
 		{name: CaseOverlayFork, run: fork(workspace.Overlay), check: checkFork},
 		{name: CaseCopyFork, run: fork(workspace.Copy), check: checkFork},
+		{name: CaseOverlayCreateQuota, run: create(workspace.Overlay + "+quota"), check: checkCreate},
+		{name: CaseOverlayForkQuota, run: fork(workspace.Overlay + "+quota"), check: checkFork},
 	}, nil
 }
 
