@@ -130,6 +130,8 @@ type gcRun struct {
 	goneWS    map[string]bool
 	gonePC    map[string]int64
 	goneRepos map[string]bool
+	// measuredAt is FreedBytes when usage was last measured again.
+	measuredAt int64
 }
 
 // touch records that an operation on workspace id is starting: the
@@ -171,7 +173,7 @@ func (m *Manager) GC(ctx context.Context, req GCRequest, now time.Time) (GCRepor
 	// checkout and repo tiers run again after them.
 	tiers := []func(context.Context) ([]gcCandidate, error){r.sandboxes, r.pristines, r.repos, r.workspaces, r.pristines, r.repos}
 	for _, tier := range tiers {
-		if r.usage <= budget {
+		if r.usage <= budget && !r.remeasure() {
 			break
 		}
 		cands, err := tier(ctx)
@@ -179,7 +181,7 @@ func (m *Manager) GC(ctx context.Context, req GCRequest, now time.Time) (GCRepor
 			return rep, err
 		}
 		for _, c := range cands {
-			if r.usage <= budget {
+			if r.usage <= budget && !r.remeasure() {
 				break
 			}
 			if err := ctx.Err(); err != nil {
@@ -251,6 +253,23 @@ func (r *gcRun) take(ctx context.Context, c gcCandidate) {
 			r.usage = u.Bytes
 		}
 	}
+}
+
+// remeasure is called when the running estimate (usage less what was
+// freed) is within the budget: after a real run's removals it measures
+// again, since what the removals wrote (the database's log) or what
+// others wrote meanwhile counts too, and says whether usage is still over.
+func (r *gcRun) remeasure() bool {
+	if r.dryRun || r.rep.FreedBytes == 0 || r.measuredAt == r.rep.FreedBytes {
+		return false
+	}
+	r.measuredAt = r.rep.FreedBytes
+	u, err := diskusage.Measure(r.m.cfg.DataDir)
+	if err != nil {
+		return false
+	}
+	r.usage = u.Bytes
+	return r.usage > r.budget
 }
 
 // since is how long ago t was, for reasons.
