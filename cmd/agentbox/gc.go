@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/policy"
 )
 
@@ -26,7 +27,7 @@ workspaces unused that long. A workspace with changes is never removed.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if req.Budget != "" {
 				if _, err := policy.ParseByteSize(req.Budget); err != nil {
-					return err
+					return errdefs.Invalid("--budget: %v", err)
 				}
 			}
 			cl, err := c.client()
