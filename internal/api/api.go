@@ -84,6 +84,7 @@ var routes = []route{
 	{"GET", "/v1/sandboxes/{id}/shell", (*Server).shell},
 	{"GET", "/v1/workspaces/{id}/shell", (*Server).shell},
 	{"GET", "/v1/events", (*Server).events},
+	{"POST", "/v1/gc", (*Server).gc},
 	{"GET", "/v1/secrets", (*Server).listSecrets},
 	{"PUT", "/v1/secrets/{name}", (*Server).setSecret},
 	{"DELETE", "/v1/secrets/{name}", (*Server).removeSecret},

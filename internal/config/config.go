@@ -80,6 +80,17 @@ type Config struct {
 	// SandboxMaxAge stops a sandbox this long after it started, whatever
 	// it does; 0 never does.
 	SandboxMaxAge Duration `json:"sandbox_max_age"`
+	// DataBudget is the disk the data dir may take ("50GiB"); when it is
+	// over, the collector removes idle sandboxes, unused pristine
+	// checkouts, least recently used repo caches and (with
+	// WorkspaceRetention) clean workspaces until it is within. 0: no
+	// budget, no collection.
+	DataBudget policy.ByteSize `json:"data_budget"`
+	// WorkspaceRetention lets the collector remove a clean workspace
+	// unused for this long; 0 (the default) never removes a workspace.
+	WorkspaceRetention Duration `json:"workspace_retention"`
+	// GCInterval is how often the daemon collects when a budget is set.
+	GCInterval Duration `json:"gc_interval"`
 	// DefaultBackend is the execution backend of a sandbox that names none:
 	// "auto" (docker when an engine answers, else local), docker, gvisor
 	// or local.
@@ -127,6 +138,7 @@ func Default() Config {
 		LogFormat:          "json",
 		ShutdownGrace:      Duration{30 * time.Second},
 		SandboxIdleTimeout: Duration{30 * time.Minute},
+		GCInterval:         Duration{5 * time.Minute},
 		DefaultBackend:     "auto",
 		DefaultImage:       "agentbox/debian:bookworm",
 	}
@@ -205,6 +217,12 @@ func (c *Config) Validate() error {
 	}
 	if c.SandboxIdleTimeout.Duration < 0 || c.SandboxMaxAge.Duration < 0 {
 		probs = append(probs, "sandbox_idle_timeout and sandbox_max_age must not be negative (0 turns them off)")
+	}
+	if c.DataBudget < 0 || c.WorkspaceRetention.Duration < 0 {
+		probs = append(probs, "data_budget and workspace_retention must not be negative (0 turns them off)")
+	}
+	if c.DataBudget > 0 && c.GCInterval.Duration <= 0 {
+		probs = append(probs, "gc_interval must be positive when data_budget is set")
 	}
 	if c.MaxDiffBytes <= 0 {
 		probs = append(probs, "max_diff_bytes must be positive")

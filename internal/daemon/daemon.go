@@ -95,6 +95,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
 		Egress: proxy, Secrets: box, CABundle: caBundle(ca), Observer: metrics,
 		IdleTimeout: cfg.SandboxIdleTimeout.Duration, MaxAge: cfg.SandboxMaxAge.Duration,
+		DataBudget: int64(cfg.DataBudget), WorkspaceRetention: cfg.WorkspaceRetention.Duration,
 		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {
 			s := make([]mitm.Secret, len(bound))
 			for i, b := range bound {
@@ -109,6 +110,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	mgr.Store(m)
 	if every := evictionInterval(cfg.SandboxIdleTimeout.Duration, cfg.SandboxMaxAge.Duration); every > 0 {
 		go m.RunEviction(ctx, every)
+	}
+	if cfg.DataBudget > 0 {
+		go m.RunGC(ctx, cfg.GCInterval.Duration)
 	}
 	srv := &http.Server{
 		Handler:           api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()}),

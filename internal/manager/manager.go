@@ -94,8 +94,15 @@ type Config struct {
 	// started, whatever it does.
 	MaxAge time.Duration
 	// Observer is told how long sandbox creations and execs take and how
-	// execs end (the daemon's metrics); nil: nothing is observed.
+	// execs end (the daemon's metrics); nil: nothing is observed. If it is
+	// also a GCObserver, it is told of the collector's removals.
 	Observer Observer
+	// DataBudget, when positive, is the disk the data dir may take, in
+	// bytes: GC collects down to it (see gc.go).
+	DataBudget int64
+	// WorkspaceRetention, when positive, lets GC remove a clean workspace
+	// unused for that long; without it GC removes no workspace.
+	WorkspaceRetention time.Duration
 }
 
 // Observer receives the manager's measurements. The manager holds only
@@ -137,6 +144,11 @@ type Manager struct {
 	// operations never stack two overlays on one workspace and a removal
 	// never races a re-mount.
 	attachMu sync.Mutex
+
+	// gcMu makes collections one at a time; touched maps workspace IDs
+	// to the start of their last operation (see touch).
+	gcMu    sync.Mutex
+	touched sync.Map
 
 	// failAt, when set by tests, is called at each named step of a
 	// multi-step operation and may return an error to inject a failure.
@@ -366,6 +378,19 @@ func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store
 	if err != nil {
 		return store.Workspace{}, err
 	}
+	// The collector leaves the repo and its checkouts alone until the
+	// workspace's row uses them.
+	release, err := m.useRepo(ctx, repo.ID)
+	if errors.Is(err, errdefs.ErrNotFound) && !ids.HasPrefix(req.Repo, "repo") {
+		// Collected since it was looked up: clone it again.
+		if repo, _, err = m.cache.Add(ctx, req.Repo, nil); err == nil {
+			release, err = m.useRepo(ctx, repo.ID)
+		}
+	}
+	if err != nil {
+		return store.Workspace{}, err
+	}
+	defer release()
 	commit, err := m.cache.Resolve(ctx, repo, req.Ref)
 	if err != nil {
 		return store.Workspace{}, err
@@ -681,8 +706,12 @@ func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest)
 // ready fetches a workspace that must be usable, and makes sure its files
 // are attached (mounted).
 func (m *Manager) ready(ctx context.Context, id string) (store.Workspace, workspace.Driver, error) {
+	m.touch(id) // before the state is read: see gcWorkspace
 	w, err := m.GetWorkspace(ctx, id)
 	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			m.touched.Delete(id)
+		}
 		return w, nil, err
 	}
 	if w.State != store.WorkspaceReady {

@@ -240,6 +240,8 @@ func (c *Cache) Fetch(ctx context.Context, id, rawURL string, progress io.Writer
 		return r, fmt.Errorf("repo %s: %w", id, err)
 	}
 	r.LastFetchAt = time.Now().UTC()
+	// A fetch is a use: the collector removes the least recently used.
+	r.LastUsedAt = r.LastFetchAt
 	r.SizeBytes = DiskUsage(r.Path)
 	if b := defaultBranch(ctx, r.Path); b != "" {
 		r.DefaultBranch = b

@@ -49,7 +49,12 @@ type Metrics struct {
 	execSeconds    *prometheus.HistogramVec
 	execs          *prometheus.CounterVec
 	egressDecision *prometheus.CounterVec
+	gcRemovals     *prometheus.CounterVec
 }
+
+// gcKinds are what the collector removes (manager.GCKinds), the values of
+// agentbox_gc_removals_total's kind label.
+var gcKinds = []string{"sandbox", "pristine", "repo", "workspace"}
 
 // latencyBuckets span a fast exec (milliseconds) to a slow image pull or a
 // long build (minutes).
@@ -82,6 +87,13 @@ func New(opts Options) *Metrics {
 			Name: "agentbox_egress_decisions_total",
 			Help: "Egress proxy decisions on sandbox connections.",
 		}, []string{"allowed"}),
+		gcRemovals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentbox_gc_removals_total",
+			Help: "Objects the disk collector removed, by kind.",
+		}, []string{"kind"}),
+	}
+	for _, k := range gcKinds {
+		m.gcRemovals.WithLabelValues(k)
 	}
 	for _, b := range opts.Backends {
 		m.createSeconds.WithLabelValues(b)
@@ -96,7 +108,7 @@ func New(opts Options) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.createSeconds, m.createErrors, m.execSeconds, m.execs, m.egressDecision,
+		m.createSeconds, m.createErrors, m.execSeconds, m.execs, m.egressDecision, m.gcRemovals,
 	)
 	if opts.Sandboxes != nil {
 		timeout := opts.ScrapeTimeout
@@ -133,6 +145,12 @@ func (m *Metrics) ObserveExec(backend string, d time.Duration, outcome string) {
 // ObserveEgress records one egress proxy decision.
 func (m *Metrics) ObserveEgress(allowed bool) {
 	m.egressDecision.WithLabelValues(strconv.FormatBool(allowed)).Inc()
+}
+
+// ObserveGCRemoval records one removal by the disk collector (it makes
+// *Metrics a manager.GCObserver).
+func (m *Metrics) ObserveGCRemoval(kind string) {
+	m.gcRemovals.WithLabelValues(kind).Inc()
 }
 
 // Handler serves the registry in the Prometheus exposition format. A
