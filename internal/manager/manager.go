@@ -197,7 +197,7 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	// A quota the daemon cannot enforce is an error at start, not a
 	// workspace that silently has none.
 	if cfg.DiskQuota > 0 {
-		if err := workspace.ProbeVolume(ctx, m.wsDir); err != nil {
+		if err := workspace.ProbeVolume(ctx, m.wsDir, m.templates()); err != nil {
 			return nil, fmt.Errorf("workspace disk quotas are configured but do not work in %s (set workspace_disk_quota: 0 to run without): %w", m.wsDir, err)
 		}
 	}
@@ -355,7 +355,7 @@ func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store
 	if err != nil {
 		return store.Workspace{}, err
 	}
-	drv = workspace.WithQuota(drv, quota)
+	drv = workspace.WithQuota(drv, quota, m.templates())
 	if req.Branch != "" {
 		if err := workspace.ValidBranch(ctx, req.Branch); err != nil {
 			return store.Workspace{}, err
@@ -516,8 +516,11 @@ func driverOf(w store.Workspace) (workspace.Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace %s: %w", w.ID, err)
 	}
-	return workspace.WithQuota(drv, w.DiskQuota), nil
+	return workspace.WithQuota(drv, w.DiskQuota, ""), nil
 }
+
+// templates holds the formatted images new quota volumes are copied from.
+func (m *Manager) templates() string { return filepath.Join(m.cfg.DataDir, "templates") }
 
 // diskQuota is the quota of a new workspace: asked (0: none asked), else
 // inherited, else the daemon's default; within the policy ceiling.
@@ -632,7 +635,7 @@ func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest)
 	if err != nil {
 		return parent, err
 	}
-	childDrv := workspace.WithQuota(workspace.Unwrap(drv), quota)
+	childDrv := workspace.WithQuota(workspace.Unwrap(drv), quota, m.templates())
 	var lower string
 	if parent.PristineID != "" {
 		p, err := m.st.GetPristine(ctx, parent.PristineID)

@@ -128,7 +128,7 @@ func TestDrivers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d = WithQuota(d, c.quota)
+			d = WithQuota(d, c.quota, t.TempDir())
 			if d.Name() != name {
 				t.Fatalf("New(%q).Name() = %q", name, d.Name())
 			}

@@ -16,29 +16,23 @@ import (
 )
 
 // makeVolume creates the sparse image of size bytes in dir (which exists),
-// formats it and mounts it at dir/vol.
-func makeVolume(ctx context.Context, dir string, size int64) error {
+// formatted, and mounts it at dir/vol. The image is a copy of a template
+// formatted once per size (see volumeTemplate): copying its few MiB of
+// metadata costs a fraction of mkfs.
+func makeVolume(ctx context.Context, dir, templates string, size int64) error {
 	if size < MinQuota {
 		return errdefs.Invalid("disk quota %d bytes is under the minimum of %d", size, MinQuota)
 	}
+	if templates == "" {
+		return fmt.Errorf("making the disk of %s: no directory for volume templates", dir)
+	}
+	tpl, err := volumeTemplate(ctx, templates, size)
+	if err != nil {
+		return err
+	}
 	img := VolumeImage(dir)
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("creating disk image: %w", err)
-	}
-	err = f.Truncate(size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sizing disk image %s: %w", img, err)
-	}
-	// -m 0: no blocks reserved for root (the quota is all the workspace's);
-	// lazy init: formatting costs the same for 1 GiB or 100 GiB, the
-	// kernel zeroes inode tables in the background.
-	if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "agentbox-ws",
-		"-E", "lazy_itable_init=1,lazy_journal_init=1", img); err != nil {
-		return fmt.Errorf("formatting disk image %s: %w", img, err)
+	if err := copySparse(tpl, img); err != nil {
+		return fmt.Errorf("creating disk image %s: %w", img, err)
 	}
 	if err := os.Mkdir(filepath.Join(dir, volumeMount), 0o755); err != nil {
 		return err
@@ -46,15 +40,65 @@ func makeVolume(ctx context.Context, dir string, size int64) error {
 	return mountVolume(ctx, dir)
 }
 
+// volumeTemplate returns the formatted, empty image of size bytes in dir,
+// making it first if needed. The image holds no data, so
+// every workspace may start from a copy (all then share one file system
+// UUID, which ext4 does not mind). Made under a temporary name and
+// renamed, so a crash never leaves a half-made template behind that name.
+func volumeTemplate(ctx context.Context, dir string, size int64) (string, error) {
+	p := filepath.Join(dir, fmt.Sprintf("ext4-%d.img", size))
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*.img")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("sizing disk image template: %w", err)
+	}
+	// -m 0: no blocks reserved for root (the quota is all the workspace's);
+	// lazy init: the inode tables and journal stay holes.
+	if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "agentbox-ws",
+		"-E", "lazy_itable_init=1,lazy_journal_init=1", tmp); err != nil {
+		return "", fmt.Errorf("formatting a disk image template: %w", err)
+	}
+	if err := syncFile(tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return "", err
+	}
+	return p, syncDir(dir)
+}
+
+func syncFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
 // ProbeVolume reports whether quota volumes work in scratch (the
 // directory that holds workspaces): mkfs.ext4, a loop device, a mount.
-func ProbeVolume(ctx context.Context, scratch string) error {
+func ProbeVolume(ctx context.Context, scratch, templates string) error {
 	dir, err := os.MkdirTemp(scratch, ".volume-probe-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := makeVolume(ctx, dir, MinQuota); err != nil {
+	if err := makeVolume(ctx, dir, templates, MinQuota); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, volumeMount, "x"), []byte("x"), 0o600); err != nil {
@@ -93,10 +137,7 @@ func mountVolume(ctx context.Context, dir string) error {
 	if err := os.Mkdir(mnt, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	if err := run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", img, mnt); err != nil {
-		return fmt.Errorf("mounting disk image %s: %w", img, err)
-	}
-	return nil
+	return mountImage(img, mnt)
 }
 
 // unmountVolume unmounts dir/vol if it is mounted; lazily when something
@@ -157,17 +198,20 @@ func run(ctx context.Context, name string, args ...string) error {
 
 // quotaDriver keeps a driver's layout inside a volume of quota bytes.
 type quotaDriver struct {
-	inner Driver
-	quota int64
+	inner     Driver
+	quota     int64
+	templates string
 }
 
 // WithQuota returns d keeping each workspace's files inside a file system
-// of quota bytes; d itself when quota is 0.
-func WithQuota(d Driver, quota int64) Driver {
+// of quota bytes; d itself when quota is 0. New volumes are copies of
+// formatted templates kept in the directory templates (made when needed;
+// "" only serves workspaces that exist).
+func WithQuota(d Driver, quota int64, templates string) Driver {
 	if quota <= 0 {
 		return d
 	}
-	return quotaDriver{inner: d, quota: quota}
+	return quotaDriver{inner: d, quota: quota, templates: templates}
 }
 
 func (q quotaDriver) Name() string { return q.inner.Name() }
@@ -181,14 +225,14 @@ func (q quotaDriver) Create(ctx context.Context, dir string, src Source) error {
 	if q.inner.Name() == Overlay && src.Lower == "" {
 		return errdefs.Invalid("overlay workspace needs a pristine checkout")
 	}
-	if err := makeVolume(ctx, dir, q.quota); err != nil {
+	if err := makeVolume(ctx, dir, q.templates, q.quota); err != nil {
 		return err
 	}
 	return q.inner.Create(ctx, filepath.Join(dir, volumeMount), src)
 }
 
 func (q quotaDriver) Fork(ctx context.Context, parentDir, dir string, src Source) error {
-	if err := makeVolume(ctx, dir, q.quota); err != nil {
+	if err := makeVolume(ctx, dir, q.templates, q.quota); err != nil {
 		return err
 	}
 	err := q.inner.Fork(ctx, parentDir, filepath.Join(dir, volumeMount), src)

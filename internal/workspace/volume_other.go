@@ -18,7 +18,7 @@ type quotaDriver struct {
 }
 
 // WithQuota returns d, or off Linux a driver that refuses quotas.
-func WithQuota(d Driver, quota int64) Driver {
+func WithQuota(d Driver, quota int64, _ string) Driver {
 	if quota <= 0 {
 		return d
 	}
@@ -34,7 +34,7 @@ func (quotaDriver) Detach(context.Context, string) error               { return 
 func (quotaDriver) Attached(string) (bool, error)                      { return false, nil }
 
 // ProbeVolume needs Linux.
-func ProbeVolume(context.Context, string) error { return errNoVolume }
+func ProbeVolume(context.Context, string, string) error { return errNoVolume }
 
 // VolumeUsage needs Linux.
 func VolumeUsage(string) (Usage, error) { return Usage{}, errNoVolume }
