@@ -135,6 +135,9 @@ type Manager struct {
 	// never races a re-mount.
 	attachMu sync.Mutex
 
+	// events tells event followers of appends.
+	events *eventBus
+
 	// failAt, when set by tests, is called at each named step of a
 	// multi-step operation and may return an error to inject a failure.
 	failAt func(step string) error
@@ -149,7 +152,9 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	if cfg.Author.Name == "" {
 		cfg.Author = workspace.Author{Name: "agentbox", Email: "agentbox@localhost"}
 	}
-	m := &Manager{cfg: cfg, st: st, log: cfg.Logger, wsDir: filepath.Join(cfg.DataDir, "workspaces"), locks: map[string]*sync.RWMutex{}, live: map[string]*live{}}
+	bus := newEventBus()
+	st = notifyingStore{Store: st, bus: bus}
+	m := &Manager{cfg: cfg, st: st, events: bus, log: cfg.Logger, wsDir: filepath.Join(cfg.DataDir, "workspaces"), locks: map[string]*sync.RWMutex{}, live: map[string]*live{}}
 	if err := os.MkdirAll(m.wsDir, 0o711); err != nil {
 		return nil, err
 	}
