@@ -117,7 +117,7 @@ func TestFollowEvents(t *testing.T) {
 	write(wb.ID, "b.txt")
 	write(wa.ID, "a2.txt")
 	got := byWS.waitFor(t, "file.written", func(e client.Event) bool { return e.Type == "file.written" })
-	if got.WorkspaceID != wa.ID || !strings.Contains(got.Detail, "a2.txt") || got.Actor != "api" {
+	if got.WorkspaceID != wa.ID || !strings.Contains(got.Detail, `"path":"a2.txt"`) || !strings.Contains(got.Detail, `"request_id":"req_`) || got.Actor != "api" {
 		t.Errorf("followed event = %+v", got)
 	}
 	byType.waitFor(t, "file.written of b", func(e client.Event) bool { return e.WorkspaceID == wb.ID })

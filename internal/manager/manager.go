@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/repocache"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -215,6 +217,14 @@ func (m *Manager) lock(id string) *sync.RWMutex {
 func (m *Manager) event(ctx context.Context, e store.Event, detail map[string]any) {
 	if e.Actor == "" {
 		e.Actor = "api"
+	}
+	// An event caused by an API request names it, as the request's log
+	// line does.
+	if rid := logx.Get(ctx, logx.KeyRequest); rid != "" {
+		if detail == nil {
+			detail = map[string]any{}
+		}
+		detail[logx.KeyRequest] = rid
 	}
 	if detail != nil {
 		b, _ := json.Marshal(detail)
@@ -816,14 +826,19 @@ func (m *Manager) Files(ctx context.Context, id string, write bool) (fs *fileapi
 	}, nil
 }
 
-// FileChanged records a change made through the file API.
-func (m *Manager) FileChanged(ctx context.Context, id, op, path string) {
+// FileChanged records a change made through the file API: one event per
+// request. detail, if given, adds to the event's details.
+func (m *Manager) FileChanged(ctx context.Context, id, op, path string, detail ...map[string]any) {
 	w, err := m.st.GetWorkspace(ctx, id)
 	if err != nil {
 		return
 	}
 	m.setDirty(ctx, w, true)
-	m.event(ctx, store.Event{Type: "file." + op, RepoID: w.RepoID, WorkspaceID: id}, map[string]any{"path": path})
+	d := map[string]any{"path": path}
+	for _, more := range detail {
+		maps.Copy(d, more)
+	}
+	m.event(ctx, store.Event{Type: "file." + op, RepoID: w.RepoID, WorkspaceID: id}, d)
 }
 
 // Events lists the event log.
