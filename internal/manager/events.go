@@ -47,6 +47,14 @@ type notifyingStore struct {
 	bus *eventBus
 }
 
+func (s notifyingStore) FinishExecEvent(ctx context.Context, x store.Exec, e store.Event) (store.Event, error) {
+	e, err := s.Store.FinishExecEvent(ctx, x, e)
+	if err == nil {
+		s.bus.notify()
+	}
+	return e, err
+}
+
 func (s notifyingStore) AppendEvent(ctx context.Context, e store.Event) (store.Event, error) {
 	e, err := s.Store.AppendEvent(ctx, e)
 	if err == nil {

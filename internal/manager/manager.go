@@ -215,6 +215,15 @@ func (m *Manager) lock(id string) *sync.RWMutex {
 }
 
 func (m *Manager) event(ctx context.Context, e store.Event, detail map[string]any) {
+	e = eventRecord(ctx, e, detail)
+	if _, err := m.st.AppendEvent(ctx, e); err != nil {
+		m.log.WarnContext(ctx, "recording event", "type", e.Type, "err", err)
+	}
+}
+
+// eventRecord completes an event: its actor (default "api"), its details
+// as JSON, with the request that caused it.
+func eventRecord(ctx context.Context, e store.Event, detail map[string]any) store.Event {
 	if e.Actor == "" {
 		e.Actor = "api"
 	}
@@ -230,9 +239,7 @@ func (m *Manager) event(ctx context.Context, e store.Event, detail map[string]an
 		b, _ := json.Marshal(detail)
 		e.Detail = string(b)
 	}
-	if _, err := m.st.AppendEvent(ctx, e); err != nil {
-		m.log.WarnContext(ctx, "recording event", "type", e.Type, "err", err)
-	}
+	return e
 }
 
 // cleanup runs registered undo steps in reverse unless released.

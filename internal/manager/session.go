@@ -190,10 +190,13 @@ func (m *Manager) endExec(ctx context.Context, sb store.Sandbox, rec store.Exec,
 	// Also the sandbox's last activity, and nothing else of it: sb is the
 	// row as it was when the command started, and writing it back would
 	// undo a stop or a loss recorded while the command ran.
-	if err := m.st.FinishExec(ctx, rec); err != nil {
-		m.log.WarnContext(ctx, "recording an exec's end", KeySandbox, sb.ID, "exec_id", rec.ID, "err", err)
+	// The exec's end and its event are one commit.
+	if _, ferr := m.st.FinishExecEvent(ctx, rec, execEvent(ctx, rec, err)); ferr != nil {
+		m.log.WarnContext(ctx, "recording an exec's end", KeySandbox, sb.ID, "exec_id", rec.ID, "err", ferr)
 	}
-	m.execFinished(ctx, rec, err)
+	m.log.InfoContext(ctx, "exec finished", KeyWorkspace, rec.WorkspaceID, KeySandbox, rec.SandboxID, KeyExec, rec.ID,
+		"state", rec.State, "exit_code", rec.ExitCode, "cpu", time.Duration(rec.CPUNanos), "peak_mem_bytes", rec.PeakMemBytes,
+		"wall", time.Duration(rec.WallNanos))
 	if res.Lost {
 		// Only a sandbox still running was lost: one stopped or removed
 		// while the command ran ended the command, not the other way.

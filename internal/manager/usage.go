@@ -92,9 +92,9 @@ func (m *Manager) recordEgressUsage(d EgressDecision, wsID, task string) {
 	}
 }
 
-// execFinished records an exec's end as an event and a log line, with its
-// usage. err is what running it returned.
-func (m *Manager) execFinished(ctx context.Context, rec store.Exec, err error) {
+// execEvent is the exec.finished event of rec, with its usage. err is
+// what running it returned.
+func execEvent(ctx context.Context, rec store.Exec, err error) store.Event {
 	detail := map[string]any{"exec_id": rec.ID, "state": rec.State, "exit_code": rec.ExitCode,
 		"cpu_ns": rec.CPUNanos, "peak_mem_bytes": rec.PeakMemBytes, "wall_ms": time.Duration(rec.WallNanos).Milliseconds(),
 		"output_bytes": rec.StdoutBytes + rec.StderrBytes}
@@ -107,8 +107,5 @@ func (m *Manager) execFinished(ctx context.Context, rec store.Exec, err error) {
 	if err != nil {
 		detail["error"] = err.Error()
 	}
-	m.event(ctx, store.Event{Type: "exec.finished", WorkspaceID: rec.WorkspaceID, SandboxID: rec.SandboxID}, detail)
-	m.log.InfoContext(ctx, "exec finished", KeyWorkspace, rec.WorkspaceID, KeySandbox, rec.SandboxID, KeyExec, rec.ID,
-		"state", rec.State, "exit_code", rec.ExitCode, "cpu", time.Duration(rec.CPUNanos), "peak_mem_bytes", rec.PeakMemBytes,
-		"wall", time.Duration(rec.WallNanos))
+	return eventRecord(ctx, store.Event{Type: "exec.finished", WorkspaceID: rec.WorkspaceID, SandboxID: rec.SandboxID}, detail)
 }

@@ -8,6 +8,9 @@ import (
 // UsageStore records and sums what execs and sandboxes used. It is part
 // of Store.
 type UsageStore interface {
+	// FinishExecEvent is FinishExec and AppendEvent(ev) in one
+	// transaction: an exec's end and its event cost one commit.
+	FinishExecEvent(ctx context.Context, e Exec, ev Event) (Event, error)
 	// RecordEgress adds one egress connection's bytes to its sandbox's
 	// totals and to the time-stamped ledger that UsageByTask reads.
 	RecordEgress(ctx context.Context, e EgressUsage) error

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"github.com/agentbox/agentbox/internal/errdefs"
 
@@ -100,6 +101,15 @@ func (s *Store) FinishExec(ctx context.Context, e store.Exec) error {
 		return classify(err, what)
 	}
 	defer tx.Rollback()
+	if err := finishExec(ctx, tx, e); err != nil {
+		return err
+	}
+	return classify(tx.Commit(), what)
+}
+
+// finishExec is FinishExec's work within tx.
+func finishExec(ctx context.Context, tx *sql.Tx, e store.Exec) error {
+	what := "exec " + e.ID
 	res, err := tx.ExecContext(ctx,
 		`UPDATE execs SET state=$2, exit_code=$3, signal=$4, timed_out=$5, oom=$6, cpu_ns=$7, peak_mem_bytes=$8, stdout_bytes=$9, stderr_bytes=$10, finished_at=$11, wall_ns=$12 WHERE id=$1`,
 		e.ID, e.State, e.ExitCode, e.Signal, boolInt(e.TimedOut), boolInt(e.OOM), e.CPUNanos, e.PeakMemBytes,
@@ -115,7 +125,7 @@ func (s *Store) FinishExec(ctx context.Context, e store.Exec) error {
 		e.ID, ts(e.FinishedAt)); err != nil {
 		return classify(err, what)
 	}
-	return classify(tx.Commit(), what)
+	return nil
 }
 
 func (s *Store) GetExec(ctx context.Context, id string) (store.Exec, error) {

@@ -155,3 +155,23 @@ func usageWhereFrom(f store.UsageFilter, timeCol string, n int) (string, []any) 
 	return where, args
 }
 
+
+func (s *Store) FinishExecEvent(ctx context.Context, e store.Exec, ev store.Event) (store.Event, error) {
+	what := "exec " + e.ID
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return ev, classify(err, what)
+	}
+	defer tx.Rollback()
+	if err := finishExec(ctx, tx, e); err != nil {
+		return ev, err
+	}
+	err = tx.QueryRowContext(ctx, insertEvent, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
+	if err != nil {
+		return ev, classify(err, "event "+ev.Type)
+	}
+	return ev, classify(tx.Commit(), what)
+}

@@ -114,4 +114,24 @@ func testUsage(t *testing.T, s store.Store) {
 	}
 	_, err = s.SandboxUsage(ctx, "sb_missing")
 	wantClass(t, err, errdefs.ErrNotFound)
+
+	// An exec's end and its event commit together, or neither does.
+	e := store.Exec{ID: "ex_9", SandboxID: "sb_b", WorkspaceID: "ws_b", Argv: `["x"]`, State: store.ExecRunning, StartedAt: base}
+	if err := s.CreateExec(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	e.State, e.FinishedAt = store.ExecExited, base.Add(time.Second)
+	ev, err := s.FinishExecEvent(ctx, e, store.Event{Actor: "api", Type: "exec.finished", SandboxID: "sb_b", Detail: `{"exec_id":"ex_9"}`})
+	if err != nil || ev.ID == 0 {
+		t.Fatalf("FinishExecEvent = %+v, %v", ev, err)
+	}
+	if got, _ := s.GetExec(ctx, "ex_9"); got.State != store.ExecExited {
+		t.Errorf("exec state after FinishExecEvent = %s", got.State)
+	}
+	_, err = s.FinishExecEvent(ctx, store.Exec{ID: "ex_missing"}, store.Event{Actor: "api", Type: "exec.finished"})
+	wantClass(t, err, errdefs.ErrNotFound)
+	evs, _ := s.ListEvents(ctx, store.EventFilter{Type: "exec.finished"})
+	if len(evs) != 1 || evs[0].ID != ev.ID || evs[0].Detail != `{"exec_id":"ex_9"}` {
+		t.Errorf("exec.finished events = %+v, want only the committed one", evs)
+	}
 }
