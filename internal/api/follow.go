@@ -113,4 +113,3 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, f store.Ev
 		}
 	}
 }
-

@@ -218,7 +218,9 @@ func TestFollowEventsSSEAndShutdown(t *testing.T) {
 
 	cl, _ := client.New(srv.URL, "")
 	done := make(chan error, 1)
-	go func() { done <- cl.FollowEvents(context.Background(), client.EventFilter{}, func(client.Event) error { return nil }) }()
+	go func() {
+		done <- cl.FollowEvents(context.Background(), client.EventFilter{}, func(client.Event) error { return nil })
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for api.OpenEventStreams() < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

@@ -155,7 +155,6 @@ func usageWhereFrom(f store.UsageFilter, timeCol string, n int) (string, []any) 
 	return where, args
 }
 
-
 func (s *Store) FinishExecEvent(ctx context.Context, e store.Exec, ev store.Event) (store.Event, error) {
 	what := "exec " + e.ID
 	if ev.Time.IsZero() {
