@@ -4,6 +4,7 @@
 package api
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -137,7 +138,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		args = append(args, a)
 	}
 	args = append(args, "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
-	s.log.Info("request", args...)
+	level := slog.LevelInfo
+	if (r.URL.Path == "/metrics" || r.URL.Path == "/v1/health") && rec.status < 400 {
+		level = slog.LevelDebug // probes and scrapes, every few seconds
+	}
+	s.log.Log(context.Background(), level, "request", args...)
 }
 
 // Shutdown ends the streams that would not end on their own (event

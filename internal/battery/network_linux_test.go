@@ -275,6 +275,16 @@ func testAllowlist(t *testing.T, e *env, web, tlsWeb *upstream) {
 	if allowed < 3 || denied < 9 {
 		t.Errorf("egress events: %d allowed, %d denied; want 3 and at least 9:\n%v", allowed, denied, evs)
 	}
+	// Metering: what the allowed connections moved counts for the sandbox
+	// and for its task.
+	su, err := e.m.SandboxUsage(context.Background(), x.sb.ID)
+	if err != nil || su.EgressBytesUp <= 0 || su.EgressBytesDown <= 0 {
+		t.Errorf("sandbox egress usage = %+v, %v", su, err)
+	}
+	tu, err := e.m.Usage(context.Background(), store.UsageFilter{Task: w.Task})
+	if err != nil || len(tu) != 1 || tu[0].EgressBytesDown != su.EgressBytesDown || tu[0].EgressBytesUp != su.EgressBytesUp {
+		t.Errorf("task egress usage = %+v, %v; sandbox %+v", tu, err, su)
+	}
 }
 
 // otherPort is a TCP port nothing listens on.
