@@ -42,6 +42,7 @@ func validFrames() []Frame {
 		{FrameKill, 1, []byte{9}},
 		{FrameStarted, 7, EncodeU32(42)},
 		{FrameExit, 1, EncodeExit(ExecResult{ExitCode: 137, Signal: 9, TimedOut: true, StdoutBytes: 5, Duration: time.Second})},
+		{FrameExit, 2, EncodeExit(ExecResult{StdoutBytes: 1, Duration: time.Second, UserCPU: time.Second, SysCPU: 2, PeakMemBytes: 1 << 20})},
 		{FrameError, 0, EncodeError(ErrKindAuth, "token refused")},
 		{FrameError, 3, EncodeError(ErrKindNotFound, "no such file")},
 		{FramePing, 0, make([]byte, 8)},
