@@ -135,10 +135,15 @@ func (m *Manager) RecordEgress(d EgressDecision) {
 			task = w.Task
 		}
 	}
-	m.recordEgressUsage(d, wsID, task)
-	m.event(context.Background(), store.Event{Actor: "sandbox", Type: typ, WorkspaceID: wsID, SandboxID: d.SandboxID},
-		map[string]any{"method": d.Method, "host": d.Host, "port": d.Port, "addr": d.Addr, "reason": d.Reason,
-			"bytes_up": d.BytesUp, "bytes_down": d.BytesDown, "duration_ms": d.Duration.Milliseconds()})
+	ev := store.Event{Actor: "sandbox", Type: typ, WorkspaceID: wsID, SandboxID: d.SandboxID}
+	detail := map[string]any{"method": d.Method, "host": d.Host, "port": d.Port, "addr": d.Addr, "reason": d.Reason,
+		"bytes_up": d.BytesUp, "bytes_down": d.BytesDown, "duration_ms": d.Duration.Milliseconds()}
+	if d.BytesUp == 0 && d.BytesDown == 0 {
+		m.event(context.Background(), ev, detail)
+		return
+	}
+	// What moved is metered with the event, in one commit.
+	m.recordEgressUsage(d, wsID, task, eventRecord(context.Background(), ev, detail))
 }
 
 // proxyEnv is what a command of a sandbox with egress finds in its

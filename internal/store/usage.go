@@ -12,8 +12,9 @@ type UsageStore interface {
 	// transaction: an exec's end and its event cost one commit.
 	FinishExecEvent(ctx context.Context, e Exec, ev Event) (Event, error)
 	// RecordEgress adds one egress connection's bytes to its sandbox's
-	// totals and to the time-stamped ledger that UsageByTask reads.
-	RecordEgress(ctx context.Context, e EgressUsage) error
+	// totals and to the time-stamped ledger that UsageByTask reads, and
+	// appends ev (the decision's event), in one transaction.
+	RecordEgress(ctx context.Context, e EgressUsage, ev Event) (Event, error)
 	// SetSandboxCgroupUsage records what the environment's cgroup counted
 	// for sandbox id (read when it stops).
 	SetSandboxCgroupUsage(ctx context.Context, id string, cpuNanos, peakMemBytes int64) error

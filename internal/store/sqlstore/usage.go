@@ -12,28 +12,35 @@ import (
 
 // --- usage
 
-// RecordEgress is one transaction: the ledger row and the sandbox's
-// totals move together. A sandbox row already removed keeps only the
-// ledger row, which is what task usage reads.
-func (s *Store) RecordEgress(ctx context.Context, e store.EgressUsage) error {
+// RecordEgress is one transaction, one commit: the ledger row, the
+// sandbox's totals and the event move together. A sandbox row already
+// removed keeps only the ledger row, which is what task usage reads.
+func (s *Store) RecordEgress(ctx context.Context, e store.EgressUsage, ev store.Event) (store.Event, error) {
 	what := "egress usage of sandbox " + e.SandboxID
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
+	if ev.Time.IsZero() {
+		ev.Time = e.Time
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return classify(err, what)
+		return ev, classify(err, what)
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `INSERT INTO egress_usage (at, sandbox_id, workspace_id, task, bytes_up, bytes_down) VALUES ($1,$2,$3,$4,$5,$6)`,
 		ts(e.Time), e.SandboxID, e.WorkspaceID, e.Task, e.BytesUp, e.BytesDown); err != nil {
-		return classify(err, what)
+		return ev, classify(err, what)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET egress_bytes_up = egress_bytes_up + $2, egress_bytes_down = egress_bytes_down + $3 WHERE id = $1`,
 		e.SandboxID, e.BytesUp, e.BytesDown); err != nil {
-		return classify(err, what)
+		return ev, classify(err, what)
 	}
-	return classify(tx.Commit(), what)
+	err = tx.QueryRowContext(ctx, insertEvent, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
+	if err != nil {
+		return ev, classify(err, "event "+ev.Type)
+	}
+	return ev, classify(tx.Commit(), what)
 }
 
 func (s *Store) SetSandboxCgroupUsage(ctx context.Context, id string, cpuNanos, peakMemBytes int64) error {

@@ -58,8 +58,9 @@ func testUsage(t *testing.T, s store.Store) {
 		// A sandbox whose row is gone still counts for its task.
 		{Time: base.Add(15 * time.Minute), SandboxID: "sb_gone", WorkspaceID: "ws_gone", Task: "gamma", BytesUp: 3, BytesDown: 4},
 	} {
-		if err := s.RecordEgress(ctx, e); err != nil {
-			t.Fatal(err)
+		ev, err := s.RecordEgress(ctx, e, store.Event{Actor: "sandbox", Type: "egress.allowed", SandboxID: e.SandboxID})
+		if err != nil || ev.ID == 0 || ev.Time.IsZero() {
+			t.Fatalf("RecordEgress = %+v, %v", ev, err)
 		}
 	}
 
