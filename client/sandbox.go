@@ -106,6 +106,11 @@ type ExecResult struct {
 	StdoutBytes     int64  `json:"stdout_bytes"`
 	StderrBytes     int64  `json:"stderr_bytes"`
 	DurationMS      int64  `json:"duration_ms"`
+	// CPUNanos is the CPU time of the command's whole process tree;
+	// PeakMemBytes the peak resident set of its largest process (0 when
+	// unknown).
+	CPUNanos     int64 `json:"cpu_ns"`
+	PeakMemBytes int64 `json:"peak_mem_bytes"`
 }
 
 // execPath is the exec endpoint of target (a workspace or sandbox ID).

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +16,7 @@ func (c *cli) eventsCmd() *cobra.Command {
 	var f client.EventFilter
 	var follow bool
 	cmd := &cobra.Command{
-		Use:   "events [--workspace WS] [--repo REPO] [--type TYPE] [--follow]",
+		Use:   "events [--workspace WS] [--sandbox SB] [--repo REPO] [--type TYPE] [--follow]",
 		Short: "Show the event log",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -25,39 +24,28 @@ func (c *cli) eventsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ev, err := cl.Events(cmd.Context(), f)
-			if err != nil {
-				return err
-			}
-			if !follow {
-				return c.emit(map[string]any{"events": ev}, func(w io.Writer) {
-					for _, e := range ev {
-						printEvent(w, e)
-					}
-				})
-			}
-			// --follow streams: one JSON object per line with --json.
-			for {
-				for _, e := range ev {
+			if follow {
+				// A stream: one JSON object per line with --json. The events
+				// already logged after --after come first, then each new one
+				// as it is recorded, until interrupted.
+				return cl.FollowEvents(cmd.Context(), f, func(e client.Event) error {
 					if c.json {
 						c.emitLine(e)
 					} else {
 						printEvent(c.stdout, e)
 					}
-					f.After = e.ID
-				}
-				select {
-				case <-cmd.Context().Done():
 					return nil
-				case <-time.After(500 * time.Millisecond):
-				}
-				if ev, err = cl.Events(cmd.Context(), f); err != nil {
-					if cmd.Context().Err() != nil {
-						return nil
-					}
-					return err
-				}
+				})
 			}
+			ev, err := cl.Events(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			return c.emit(map[string]any{"events": ev}, func(w io.Writer) {
+				for _, e := range ev {
+					printEvent(w, e)
+				}
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -65,7 +53,8 @@ func (c *cli) eventsCmd() *cobra.Command {
 	fl.StringVar(&f.Repo, "repo", "", "only this repo (ID)")
 	fl.StringVar(&f.Sandbox, "sandbox", "", "only this sandbox")
 	fl.StringVar(&f.Type, "type", "", "only this event type")
-	fl.IntVar(&f.Limit, "limit", 0, "at most this many (default 1000)")
+	fl.IntVar(&f.Limit, "limit", 0, "at most this many (default 1000; ignored by --follow)")
+	fl.Int64Var(&f.After, "after", 0, "only events with a larger ID")
 	fl.BoolVarP(&follow, "follow", "f", false, "keep printing new events")
 	return cmd
 }

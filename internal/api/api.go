@@ -4,6 +4,7 @@
 package api
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -12,9 +13,12 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/manager"
 )
 
@@ -39,6 +43,10 @@ type Server struct {
 	mux   *http.ServeMux
 	// metricsHandler serves GET /metrics; nil: none.
 	metricsHandler http.Handler
+	// closing is closed by Shutdown: streams that would never end on
+	// their own (event follows) end then.
+	closing     chan struct{}
+	closingOnce sync.Once
 }
 
 // route is one entry of the API.
@@ -85,6 +93,8 @@ var routes = []route{
 	{"GET", "/v1/workspaces/{id}/shell", (*Server).shell},
 	{"GET", "/v1/events", (*Server).events},
 	{"POST", "/v1/gc", (*Server).gc},
+	{"GET", "/v1/usage", (*Server).usage},
+	{"GET", "/v1/sandboxes/{id}/usage", (*Server).sandboxUsage},
 	{"GET", "/v1/secrets", (*Server).listSecrets},
 	{"PUT", "/v1/secrets/{name}", (*Server).setSecret},
 	{"DELETE", "/v1/secrets/{name}", (*Server).removeSecret},
@@ -92,13 +102,13 @@ var routes = []route{
 
 // New returns the API handler over m.
 func New(m *manager.Manager, opts Options) *Server {
-	s := &Server{m: m, token: opts.Token, log: opts.Logger, mux: http.NewServeMux(), metricsHandler: opts.Metrics}
+	s := &Server{m: m, token: opts.Token, log: opts.Logger, mux: http.NewServeMux(), metricsHandler: opts.Metrics, closing: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	for _, r := range routes {
 		h := r.handler
-		s.mux.HandleFunc(r.method+" "+r.path, func(w http.ResponseWriter, req *http.Request) { h(s, w, req) })
+		s.mux.HandleFunc(r.method+" "+r.path, func(w http.ResponseWriter, req *http.Request) { h(s, w, withPathIDs(req)) })
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no API route %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
@@ -116,9 +126,49 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	reqID := ids.New("req")
+	w.Header().Set("X-Request-Id", reqID)
+	ctx, scope := logx.NewScope(r.Context(), slog.String(logx.KeyRequest, reqID))
 	rec := &statusRecorder{ResponseWriter: w, status: 200}
-	s.mux.ServeHTTP(rec, r)
-	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
+	s.mux.ServeHTTP(rec, r.WithContext(ctx))
+	// The request's line names the objects it touched, as far as it
+	// learned them (the path's ID, the sandbox and exec it ran in).
+	attrs := scope.Attrs()
+	args := make([]any, 0, 4+len(attrs))
+	for _, a := range attrs {
+		args = append(args, a)
+	}
+	args = append(args, "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
+	level := slog.LevelInfo
+	if (r.URL.Path == "/metrics" || r.URL.Path == "/v1/health") && rec.status < 400 {
+		level = slog.LevelDebug // probes and scrapes, every few seconds
+	}
+	s.log.Log(context.Background(), level, "request", args...)
+}
+
+// Shutdown ends the streams that would not end on their own (event
+// follows), so that a graceful shutdown need not wait for their clients.
+// The daemon registers it with http.Server.RegisterOnShutdown.
+func (s *Server) Shutdown() { s.closingOnce.Do(func() { close(s.closing) }) }
+
+// withPathIDs notes the object a request's path names (its {id}) in the
+// request's log context.
+func withPathIDs(r *http.Request) *http.Request {
+	id := r.PathValue("id")
+	key := ""
+	switch {
+	case id == "":
+		return r
+	case ids.HasPrefix(id, "ws"):
+		key = logx.KeyWorkspace
+	case ids.HasPrefix(id, "sb"):
+		key = logx.KeySandbox
+	case ids.HasPrefix(id, "repo"):
+		key = logx.KeyRepo
+	default:
+		return r
+	}
+	return r.WithContext(logx.With(r.Context(), key, id))
 }
 
 type statusRecorder struct {

@@ -89,6 +89,10 @@ type ExecResult struct {
 	StdoutBytes     int64  `json:"stdout_bytes"`
 	StderrBytes     int64  `json:"stderr_bytes"`
 	DurationMS      int64  `json:"duration_ms"`
+	// CPUNanos and PeakMemBytes are the command tree's CPU time and the
+	// peak resident set of its largest process (0: unknown).
+	CPUNanos     int64 `json:"cpu_ns"`
+	PeakMemBytes int64 `json:"peak_mem_bytes"`
 }
 
 func execResult(out manager.ExecOutcome) ExecResult {
@@ -97,6 +101,7 @@ func execResult(out manager.ExecOutcome) ExecResult {
 		ExitCode: out.ExitCode, Signal: out.Signal, TimedOut: out.TimedOut, Canceled: out.Canceled, Lost: out.Lost,
 		StdoutTruncated: out.StdoutTruncated, StderrTruncated: out.StderrTruncated,
 		StdoutBytes: out.StdoutBytes, StderrBytes: out.StderrBytes, DurationMS: out.Duration.Milliseconds(),
+		CPUNanos: int64(out.CPU()), PeakMemBytes: out.PeakMemBytes,
 	}
 }
 

@@ -79,7 +79,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		s.m.FileChanged(r.Context(), r.PathValue("id"), "written", info.Path)
+		s.m.FileChanged(r.Context(), r.PathValue("id"), "written", info.Path, map[string]any{"bytes": info.Size})
 		writeJSON(w, 200, info)
 		return nil
 	})
@@ -174,7 +174,7 @@ func (s *Server) rename(w http.ResponseWriter, r *http.Request) {
 		if err := f.Rename(r.Context(), req.From, req.To); err != nil {
 			return err
 		}
-		s.m.FileChanged(r.Context(), r.PathValue("id"), "renamed", req.To)
+		s.m.FileChanged(r.Context(), r.PathValue("id"), "renamed", req.To, map[string]any{"from": req.From})
 		writeJSON(w, 200, map[string]any{"from": req.From, "to": req.To})
 		return nil
 	})

@@ -312,6 +312,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
+	follow, err := boolParam(r, "follow")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if follow {
+		s.followEvents(w, r, f)
+		return
+	}
 	ev, err := s.m.Events(r.Context(), f)
 	if err != nil {
 		writeError(w, err)

@@ -99,7 +99,7 @@ func (s *Server) shell(w http.ResponseWriter, r *http.Request) {
 	defer sess.Close()
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
-		s.log.Warn("shell: WebSocket upgrade failed", "exec_id", sess.ExecID, "err", err)
+		s.log.WarnContext(r.Context(), "shell: WebSocket upgrade failed", "exec_id", sess.ExecID, "sandbox_id", sess.SandboxID, "err", err)
 		return
 	}
 	defer c.CloseNow()

@@ -250,30 +250,49 @@ func testAllowlist(t *testing.T, e *env, web, tlsWeb *upstream) {
 		}
 	}
 	// D30: every decision is in the event log, with host, bytes and the
-	// sandbox.
-	evs, err := e.st.ListEvents(context.Background(), store.EventFilter{SandboxID: x.sb.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// sandbox. A decision is recorded when its connection has ended, which
+	// may be a moment after the probe read its answer: poll.
+	var evs []store.Event
 	allowed, denied := 0, 0
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if evs, err = e.st.ListEvents(context.Background(), store.EventFilter{SandboxID: x.sb.ID}); err != nil {
+			t.Fatal(err)
+		}
+		allowed, denied = 0, 0
+		for _, ev := range evs {
+			switch ev.Type {
+			case "egress.allowed":
+				allowed++
+			case "egress.denied":
+				denied++
+			}
+		}
+		if (allowed >= 3 && denied >= 9) || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, ev := range evs {
 		var d struct {
 			Host      string `json:"host"`
 			BytesDown int64  `json:"bytes_down"`
 		}
 		json.Unmarshal([]byte(ev.Detail), &d)
-		switch ev.Type {
-		case "egress.allowed":
-			allowed++
-			if d.Host != "allowed.test" || d.BytesDown <= 0 {
-				t.Errorf("allowed egress event %s", ev.Detail)
-			}
-		case "egress.denied":
-			denied++
+		if ev.Type == "egress.allowed" && (d.Host != "allowed.test" || d.BytesDown <= 0) {
+			t.Errorf("allowed egress event %s", ev.Detail)
 		}
 	}
 	if allowed < 3 || denied < 9 {
 		t.Errorf("egress events: %d allowed, %d denied; want 3 and at least 9:\n%v", allowed, denied, evs)
+	}
+	// Metering: what the allowed connections moved counts for the sandbox
+	// and for its task.
+	su, err := e.m.SandboxUsage(context.Background(), x.sb.ID)
+	if err != nil || su.EgressBytesUp <= 0 || su.EgressBytesDown <= 0 {
+		t.Errorf("sandbox egress usage = %+v, %v", su, err)
+	}
+	tu, err := e.m.Usage(context.Background(), store.UsageFilter{Task: w.Task})
+	if err != nil || len(tu) != 1 || tu[0].EgressBytesDown != su.EgressBytesDown || tu[0].EgressBytesUp != su.EgressBytesUp {
+		t.Errorf("task egress usage = %+v, %v; sandbox %+v", tu, err, su)
 	}
 }
 

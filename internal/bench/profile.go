@@ -135,6 +135,13 @@ func (s *timedStore) FinishExec(ctx context.Context, e store.Exec) error {
 	return s.r.timed("store.FinishExec (write)", func() error { return s.Store.FinishExec(ctx, e) })
 }
 
+// FinishExecEvent is timed as FinishExec: the exec's end, its event in
+// the same commit.
+func (s *timedStore) FinishExecEvent(ctx context.Context, e store.Exec, ev store.Event) (out store.Event, err error) {
+	err = s.r.timed("store.FinishExec (write)", func() error { out, err = s.Store.FinishExecEvent(ctx, e, ev); return err })
+	return out, err
+}
+
 func (s *timedStore) AppendEvent(ctx context.Context, e store.Event) (ev store.Event, err error) {
 	err = s.r.timed("store.AppendEvent (write)", func() error { ev, err = s.Store.AppendEvent(ctx, e); return err })
 	return ev, err

@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/egress/mitm"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/secrets"
@@ -34,10 +35,12 @@ func NewLogger(cfg config.Config, w *os.File) *slog.Logger {
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: lvl}
+	// Every line logged with a context names the objects of that context
+	// (request, workspace, sandbox, exec): see package logx.
 	if cfg.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(logx.NewHandler(slog.NewTextHandler(w, opts)))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(logx.NewHandler(slog.NewJSONHandler(w, opts)))
 }
 
 // Run serves until ctx ends, then shuts down gracefully. ready, if set, is
@@ -114,11 +117,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if cfg.DataBudget > 0 {
 		go m.RunGC(ctx, cfg.GCInterval.Duration)
 	}
+	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()})
 	srv := &http.Server{
-		Handler:           api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()}),
+		Handler:           apiServer,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(apiServer.Shutdown)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("agentbox serving", "addr", addr, "data_dir", cfg.DataDir, "workspace_driver", m.Driver())

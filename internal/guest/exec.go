@@ -123,7 +123,22 @@ type ExecResult struct {
 	// Duration is the command's wall time as the guest measured it (as the
 	// daemon measured it when Lost).
 	Duration time.Duration
+	// UserCPU and SysCPU are the CPU time of the command's whole process
+	// tree: the sum of the resource usage of every process of it that was
+	// waited for (by the guest's reaper, or by a parent in the tree, whose
+	// usage then includes it). A process still unwaited when it was
+	// killed counts too, since the reaper waits for it. Zero when the
+	// guest did not report usage (Lost, or a guest from before usage).
+	UserCPU, SysCPU time.Duration
+	// PeakMemBytes is the largest resident set size any single process of
+	// the tree reached (ru_maxrss), not the sum over processes that ran
+	// at the same time: the sandbox's memory cgroup reports that. Zero
+	// when unknown.
+	PeakMemBytes int64
 }
+
+// CPU is the command tree's CPU time, user and system.
+func (r ExecResult) CPU() time.Duration { return r.UserCPU + r.SysCPU }
 
 // ErrInvalid classifies a request the guest will not run.
 var ErrInvalid = errors.New("invalid exec request")

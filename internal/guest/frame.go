@@ -67,8 +67,14 @@ const (
 	maxHello = 2048
 )
 
-// exitPayloadSize is the fixed size of a FrameExit payload (see encodeExit).
-const exitPayloadSize = 4 + 1 + 1 + 8 + 8 + 8
+// exitPayloadSize is the size of a FrameExit payload without resource
+// usage (see EncodeExit); exitUsageSize the size with it. A guest from
+// before usage sends the first, and a result with no usage is sent that
+// way too, so that each result has one encoding.
+const (
+	exitPayloadSize = 4 + 1 + 1 + 8 + 8 + 8
+	exitUsageSize   = exitPayloadSize + 8 + 8 + 8
+)
 
 // frameRule is what a frame of one type may look like.
 type frameRule struct {
@@ -89,7 +95,7 @@ var frameRules = [frameTypeEnd]frameRule{
 	FrameResize:     {"resize", 4, 4, 1},
 	FrameKill:       {"kill", 1, 1, 1},
 	FrameStarted:    {"started", 4, 4, 1},
-	FrameExit:       {"exit", exitPayloadSize, exitPayloadSize, 1},
+	FrameExit:       {"exit", exitPayloadSize, exitUsageSize, 1},
 	FrameError:      {"error", 1, 1 + maxErrorMessage, -1},
 	FramePing:       {"ping", 8, 8, 0},
 	FramePong:       {"pong", 8, 8, 0},

@@ -42,6 +42,7 @@ func validFrames() []Frame {
 		{FrameKill, 1, []byte{9}},
 		{FrameStarted, 7, EncodeU32(42)},
 		{FrameExit, 1, EncodeExit(ExecResult{ExitCode: 137, Signal: 9, TimedOut: true, StdoutBytes: 5, Duration: time.Second})},
+		{FrameExit, 2, EncodeExit(ExecResult{StdoutBytes: 1, Duration: time.Second, UserCPU: time.Second, SysCPU: 2, PeakMemBytes: 1 << 20})},
 		{FrameError, 0, EncodeError(ErrKindAuth, "token refused")},
 		{FrameError, 3, EncodeError(ErrKindNotFound, "no such file")},
 		{FramePing, 0, make([]byte, 8)},
@@ -112,6 +113,23 @@ func TestPayloadRoundTrip(t *testing.T) {
 	}
 	if diff := cmp.Diff(res, gotRes); diff != "" {
 		t.Errorf("exit (-want +got):\n%s", diff)
+	}
+	// With resource usage, and as a guest from before usage sends it.
+	res.UserCPU, res.SysCPU, res.PeakMemBytes = 1500*time.Millisecond, time.Millisecond, 64<<20
+	if gotRes, err = DecodeExit(EncodeExit(res)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(res, gotRes); diff != "" {
+		t.Errorf("exit with usage (-want +got):\n%s", diff)
+	}
+	if n := len(EncodeExit(ExecResult{ExitCode: 1})); n != exitPayloadSize {
+		t.Errorf("exit without usage is %d bytes, want the first version's %d", n, exitPayloadSize)
+	}
+	if gotRes, err = DecodeExit(EncodeExit(res)[:exitPayloadSize]); err != nil || gotRes.CPU() != 0 || gotRes.ExitCode != res.ExitCode {
+		t.Errorf("first-version exit: %+v, %v", gotRes, err)
+	}
+	if _, err := DecodeExit(append(EncodeExit(ExecResult{}), make([]byte, 24)...)); err == nil {
+		t.Error("exit with empty usage decoded")
 	}
 
 	for _, h := range []Hello{

@@ -169,7 +169,11 @@ func TestOutputCap(t *testing.T) {
 	}
 	// The command ran to its end: it was drained, not killed.
 	wantRes := ExecResult{StdoutTruncated: true, StderrTruncated: true, StdoutBytes: produced, StderrBytes: produced + 5}
-	res.Duration = 0
+	// The usage is the command tree's own: some CPU, some memory.
+	if res.CPU() <= 0 || res.PeakMemBytes <= 0 {
+		t.Errorf("usage: cpu %s, peak %d; want both reported", res.CPU(), res.PeakMemBytes)
+	}
+	res.Duration, res.UserCPU, res.SysCPU, res.PeakMemBytes = 0, 0, 0, 0
 	if diff := cmp.Diff(wantRes, res); diff != "" {
 		t.Errorf("result (-want +got):\n%s", diff)
 	}

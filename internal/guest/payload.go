@@ -170,9 +170,15 @@ const (
 )
 
 // EncodeExit encodes r as a FrameExit payload (Lost is not sent: it is
-// what the daemon concludes when no FrameExit arrives).
+// what the daemon concludes when no FrameExit arrives). The resource usage
+// travels after the fields of the first protocol version, and only when
+// there is some: a daemon from before usage never sees it.
 func EncodeExit(r ExecResult) []byte {
-	b := make([]byte, exitPayloadSize)
+	size := exitPayloadSize
+	if r.UserCPU != 0 || r.SysCPU != 0 || r.PeakMemBytes != 0 {
+		size = exitUsageSize
+	}
+	b := make([]byte, size)
 	binary.BigEndian.PutUint32(b[0:4], uint32(int32(r.ExitCode)))
 	b[4] = uint8(r.Signal)
 	var f uint8
@@ -192,12 +198,17 @@ func EncodeExit(r ExecResult) []byte {
 	binary.BigEndian.PutUint64(b[6:14], uint64(r.StdoutBytes))
 	binary.BigEndian.PutUint64(b[14:22], uint64(r.StderrBytes))
 	binary.BigEndian.PutUint64(b[22:30], uint64(r.Duration))
+	if size == exitUsageSize {
+		binary.BigEndian.PutUint64(b[30:38], uint64(r.UserCPU))
+		binary.BigEndian.PutUint64(b[38:46], uint64(r.SysCPU))
+		binary.BigEndian.PutUint64(b[46:54], uint64(r.PeakMemBytes))
+	}
 	return b
 }
 
-// DecodeExit decodes a FrameExit payload.
+// DecodeExit decodes a FrameExit payload, with or without resource usage.
 func DecodeExit(p []byte) (ExecResult, error) {
-	if len(p) != exitPayloadSize {
+	if len(p) != exitPayloadSize && len(p) != exitUsageSize {
 		return ExecResult{}, fmt.Errorf("%w: exit of %d bytes", ErrProtocol, len(p))
 	}
 	f := p[5]
@@ -215,7 +226,16 @@ func DecodeExit(p []byte) (ExecResult, error) {
 		StderrBytes:     int64(binary.BigEndian.Uint64(p[14:22])),
 		Duration:        time.Duration(binary.BigEndian.Uint64(p[22:30])),
 	}
-	if r.StdoutBytes < 0 || r.StderrBytes < 0 || r.Duration < 0 {
+	if len(p) == exitUsageSize {
+		r.UserCPU = time.Duration(binary.BigEndian.Uint64(p[30:38]))
+		r.SysCPU = time.Duration(binary.BigEndian.Uint64(p[38:46]))
+		r.PeakMemBytes = int64(binary.BigEndian.Uint64(p[46:54]))
+		if r.UserCPU == 0 && r.SysCPU == 0 && r.PeakMemBytes == 0 {
+			// Not how a result without usage is sent.
+			return ExecResult{}, fmt.Errorf("%w: exit: empty usage", ErrProtocol)
+		}
+	}
+	if r.StdoutBytes < 0 || r.StderrBytes < 0 || r.Duration < 0 || r.UserCPU < 0 || r.SysCPU < 0 || r.PeakMemBytes < 0 {
 		return ExecResult{}, fmt.Errorf("%w: exit: negative count", ErrProtocol)
 	}
 	return r, nil

@@ -126,15 +126,24 @@ func (m *Manager) RecordEgress(d EgressDecision) {
 	m.liveMu.Lock()
 	lv, ok := m.live[d.SandboxID]
 	m.liveMu.Unlock()
-	wsID := ""
+	wsID, task := "", ""
 	if ok {
-		wsID = lv.workspaceID
+		wsID, task = lv.workspaceID, lv.task
 	} else if sb, err := m.st.GetSandbox(context.Background(), d.SandboxID); err == nil {
 		wsID = sb.WorkspaceID
+		if w, err := m.st.GetWorkspace(context.Background(), wsID); err == nil {
+			task = w.Task
+		}
 	}
-	m.event(context.Background(), store.Event{Actor: "sandbox", Type: typ, WorkspaceID: wsID, SandboxID: d.SandboxID},
-		map[string]any{"method": d.Method, "host": d.Host, "port": d.Port, "addr": d.Addr, "reason": d.Reason,
-			"bytes_up": d.BytesUp, "bytes_down": d.BytesDown, "duration_ms": d.Duration.Milliseconds()})
+	ev := store.Event{Actor: "sandbox", Type: typ, WorkspaceID: wsID, SandboxID: d.SandboxID}
+	detail := map[string]any{"method": d.Method, "host": d.Host, "port": d.Port, "addr": d.Addr, "reason": d.Reason,
+		"bytes_up": d.BytesUp, "bytes_down": d.BytesDown, "duration_ms": d.Duration.Milliseconds()}
+	if d.BytesUp == 0 && d.BytesDown == 0 {
+		m.event(context.Background(), ev, detail)
+		return
+	}
+	// What moved is metered with the event, in one commit.
+	m.recordEgressUsage(d, wsID, task, eventRecord(context.Background(), ev, detail))
 }
 
 // proxyEnv is what a command of a sandbox with egress finds in its

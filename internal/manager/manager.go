@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/repocache"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -149,6 +151,8 @@ type Manager struct {
 	// to the start of their last operation (see touch).
 	gcMu    sync.Mutex
 	touched sync.Map
+	// events tells event followers of appends.
+	events *eventBus
 
 	// failAt, when set by tests, is called at each named step of a
 	// multi-step operation and may return an error to inject a failure.
@@ -164,7 +168,9 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	if cfg.Author.Name == "" {
 		cfg.Author = workspace.Author{Name: "agentbox", Email: "agentbox@localhost"}
 	}
-	m := &Manager{cfg: cfg, st: st, log: cfg.Logger, wsDir: filepath.Join(cfg.DataDir, "workspaces"), locks: map[string]*sync.RWMutex{}, live: map[string]*live{}}
+	bus := newEventBus()
+	st = notifyingStore{Store: st, bus: bus}
+	m := &Manager{cfg: cfg, st: st, events: bus, log: cfg.Logger, wsDir: filepath.Join(cfg.DataDir, "workspaces"), locks: map[string]*sync.RWMutex{}, live: map[string]*live{}}
 	if err := os.MkdirAll(m.wsDir, 0o711); err != nil {
 		return nil, err
 	}
@@ -230,16 +236,31 @@ func (m *Manager) lock(id string) *sync.RWMutex {
 }
 
 func (m *Manager) event(ctx context.Context, e store.Event, detail map[string]any) {
+	e = eventRecord(ctx, e, detail)
+	if _, err := m.st.AppendEvent(ctx, e); err != nil {
+		m.log.WarnContext(ctx, "recording event", "type", e.Type, "err", err)
+	}
+}
+
+// eventRecord completes an event: its actor (default "api"), its details
+// as JSON, with the request that caused it.
+func eventRecord(ctx context.Context, e store.Event, detail map[string]any) store.Event {
 	if e.Actor == "" {
 		e.Actor = "api"
+	}
+	// An event caused by an API request names it, as the request's log
+	// line does.
+	if rid := logx.Get(ctx, logx.KeyRequest); rid != "" {
+		if detail == nil {
+			detail = map[string]any{}
+		}
+		detail[logx.KeyRequest] = rid
 	}
 	if detail != nil {
 		b, _ := json.Marshal(detail)
 		e.Detail = string(b)
 	}
-	if _, err := m.st.AppendEvent(ctx, e); err != nil {
-		m.log.WarnContext(ctx, "recording event", "type", e.Type, "err", err)
-	}
+	return e
 }
 
 // cleanup runs registered undo steps in reverse unless released.
@@ -913,14 +934,19 @@ func (m *Manager) Files(ctx context.Context, id string, write bool) (fs *fileapi
 	}, nil
 }
 
-// FileChanged records a change made through the file API.
-func (m *Manager) FileChanged(ctx context.Context, id, op, path string) {
+// FileChanged records a change made through the file API: one event per
+// request. detail, if given, adds to the event's details.
+func (m *Manager) FileChanged(ctx context.Context, id, op, path string, detail ...map[string]any) {
 	w, err := m.st.GetWorkspace(ctx, id)
 	if err != nil {
 		return
 	}
 	m.setDirty(ctx, w, true)
-	m.event(ctx, store.Event{Type: "file." + op, RepoID: w.RepoID, WorkspaceID: id}, map[string]any{"path": path})
+	d := map[string]any{"path": path}
+	for _, more := range detail {
+		maps.Copy(d, more)
+	}
+	m.event(ctx, store.Event{Type: "file." + op, RepoID: w.RepoID, WorkspaceID: id}, d)
 }
 
 // Events lists the event log.

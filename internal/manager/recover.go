@@ -67,6 +67,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 
 func (m *Manager) sweep(ctx context.Context, drv workspace.Driver, w store.Workspace) {
 	if n := workspace.SweepTemp(drv, w.Dir); n > 0 {
+		m.event(ctx, store.Event{Actor: "daemon", Type: "workspace.swept", RepoID: w.RepoID, WorkspaceID: w.ID},
+			map[string]any{"temp_files": n, "reason": "interrupted writes"})
 		m.log.InfoContext(ctx, "removed temp files of interrupted writes", KeyWorkspace, w.ID, "count", n)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -37,6 +38,8 @@ type live struct {
 	// spec is what the sandbox was started with; workspaceID its workspace.
 	spec        sandbox.Spec
 	workspaceID string
+	// task is the workspace's task label, copied onto what it meters.
+	task string
 	// placeholders stand for the policy's secrets in every command's
 	// environment.
 	placeholders map[string]string
@@ -268,6 +271,12 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 		return sb, err
 	}
 	undo.add(func() { m.st.DeleteSandbox(bg, sb.ID) })
+	defer func() {
+		if err != nil {
+			m.event(bg, store.Event{Type: "sandbox.create_failed", WorkspaceID: w.ID, SandboxID: sb.ID},
+				map[string]any{"backend": spec.Backend, "image": spec.Image, "replaces": replaces, "error": err.Error()})
+		}
+	}()
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return sb, fmt.Errorf("sandbox %s: %w", sb.ID, err)
 	}
@@ -345,7 +354,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	}
 	undo.release()
 	m.liveMu.Lock()
-	m.live[sb.ID] = &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, placeholders: placeholders}
+	m.live[sb.ID] = &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, task: w.Task, placeholders: placeholders}
 	m.liveMu.Unlock()
 	m.event(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID},
 		map[string]any{"backend": spec.Backend, "image": spec.Image, "ref": info.Ref, "replaces": replaces})
@@ -397,6 +406,7 @@ func (m *Manager) StopSandbox(ctx context.Context, id string) (store.Sandbox, er
 // teardown removes the environment and the run directory and sets state.
 func (m *Manager) teardown(ctx context.Context, sb *store.Sandbox, state sandbox.State) error {
 	m.dropLive(sb.ID)
+	m.recordCgroupUsage(ctx, *sb)
 	if sb.BackendRef != "" {
 		if be, err := m.backend(sb.Backend); err == nil {
 			if err := be.Remove(ctx, sb.BackendRef); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
@@ -496,10 +506,11 @@ func (m *Manager) execOnce(ctx context.Context, wsID string, req guest.ExecReque
 		return ExecOutcome{}, err
 	}
 	defer lv.done()
-	rec, err := m.beginExec(ctx, sb, req.Argv)
+	rec, err := m.beginExec(ctx, sb, lv.task, req.Argv)
 	if err != nil {
 		return ExecOutcome{}, err
 	}
+	ctx = logx.With(ctx, KeyWorkspace, wsID, KeySandbox, sb.ID, KeyExec, rec.ID)
 	req = execRequest(lv.spec, req, lv.placeholders)
 	oom := m.watchOOM(ctx, sb)
 	start := time.Now()

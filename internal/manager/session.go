@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -66,10 +67,11 @@ func (m *Manager) OpenSession(ctx context.Context, target string, req guest.Exec
 			lv.done()
 		}
 	}()
-	rec, err := m.beginExec(ctx, sb, req.Argv)
+	rec, err := m.beginExec(ctx, sb, lv.task, req.Argv)
 	if err != nil {
 		return nil, err
 	}
+	ctx = logx.With(ctx, KeyWorkspace, wsID, KeySandbox, sb.ID, KeyExec, rec.ID)
 	req = execRequest(lv.spec, req, lv.placeholders)
 	req.TTY = true
 	pty, err := lv.conn.PTY(ctx, req)
@@ -135,7 +137,8 @@ func (s *Session) finish(res guest.ExecResult, err error) {
 			// and res says so; that is an outcome, not a failure.
 			err = nil
 		}
-		s.m.endExec(context.Background(), s.sb, s.rec, res, err)
+		ctx := logx.With(context.Background(), KeyWorkspace, s.sb.WorkspaceID, KeySandbox, s.SandboxID, KeyExec, s.ExecID)
+		s.m.endExec(ctx, s.sb, s.rec, res, err)
 		if err != nil {
 			s.err = fmt.Errorf("session in sandbox %s: %w", s.SandboxID, err)
 		}
@@ -155,10 +158,11 @@ func (m *Manager) targetWorkspace(ctx context.Context, target string) (string, e
 	return sb.WorkspaceID, nil
 }
 
-// beginExec records a command about to run in sb.
-func (m *Manager) beginExec(ctx context.Context, sb store.Sandbox, argv []string) (store.Exec, error) {
+// beginExec records a command about to run in sb, whose workspace has
+// the task label task.
+func (m *Manager) beginExec(ctx context.Context, sb store.Sandbox, task string, argv []string) (store.Exec, error) {
 	b, _ := json.Marshal(argv)
-	rec := store.Exec{ID: ids.New("ex"), SandboxID: sb.ID, WorkspaceID: sb.WorkspaceID, Argv: string(b), State: store.ExecRunning, StartedAt: time.Now().UTC()}
+	rec := store.Exec{ID: ids.New("ex"), SandboxID: sb.ID, WorkspaceID: sb.WorkspaceID, Task: task, Argv: string(b), State: store.ExecRunning, StartedAt: time.Now().UTC()}
 	return rec, m.st.CreateExec(ctx, rec)
 }
 
@@ -167,6 +171,10 @@ func (m *Manager) beginExec(ctx context.Context, sb store.Sandbox, argv []string
 func (m *Manager) endExec(ctx context.Context, sb store.Sandbox, rec store.Exec, res guest.ExecResult, err error) {
 	rec.ExitCode, rec.Signal, rec.TimedOut = res.ExitCode, res.Signal, res.TimedOut
 	rec.StdoutBytes, rec.StderrBytes, rec.FinishedAt = res.StdoutBytes, res.StderrBytes, time.Now().UTC()
+	rec.CPUNanos, rec.PeakMemBytes, rec.WallNanos = int64(res.CPU()), res.PeakMemBytes, int64(res.Duration)
+	if rec.WallNanos == 0 {
+		rec.WallNanos = int64(rec.FinishedAt.Sub(rec.StartedAt))
+	}
 	switch {
 	case err != nil:
 		rec.State = store.ExecKilled
@@ -182,9 +190,13 @@ func (m *Manager) endExec(ctx context.Context, sb store.Sandbox, rec store.Exec,
 	// Also the sandbox's last activity, and nothing else of it: sb is the
 	// row as it was when the command started, and writing it back would
 	// undo a stop or a loss recorded while the command ran.
-	if err := m.st.FinishExec(ctx, rec); err != nil {
-		m.log.WarnContext(ctx, "recording an exec's end", KeySandbox, sb.ID, "exec_id", rec.ID, "err", err)
+	// The exec's end and its event are one commit.
+	if _, ferr := m.st.FinishExecEvent(ctx, rec, execEvent(ctx, rec, err)); ferr != nil {
+		m.log.WarnContext(ctx, "recording an exec's end", KeySandbox, sb.ID, "exec_id", rec.ID, "err", ferr)
 	}
+	m.log.InfoContext(ctx, "exec finished", KeyWorkspace, rec.WorkspaceID, KeySandbox, rec.SandboxID, KeyExec, rec.ID,
+		"state", rec.State, "exit_code", rec.ExitCode, "cpu", time.Duration(rec.CPUNanos), "peak_mem_bytes", rec.PeakMemBytes,
+		"wall", time.Duration(rec.WallNanos))
 	if res.Lost {
 		// Only a sandbox still running was lost: one stopped or removed
 		// while the command ran ended the command, not the other way.

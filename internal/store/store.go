@@ -169,9 +169,14 @@ type Exec struct {
 	Signal   int    `json:"signal,omitempty"`
 	TimedOut bool   `json:"timed_out,omitempty"`
 	OOM      bool   `json:"oom,omitempty"`
-	// CPUNanos and PeakMemBytes are the command's usage, when known.
+	// Task is the workspace's task label when the command started.
+	Task string `json:"task,omitempty"`
+	// CPUNanos and PeakMemBytes are the command's usage, when known (see
+	// guest.ExecResult: the CPU of its whole tree, the peak of its largest
+	// process); WallNanos its wall time.
 	CPUNanos     int64 `json:"cpu_ns,omitempty"`
 	PeakMemBytes int64 `json:"peak_mem_bytes,omitempty"`
+	WallNanos    int64 `json:"wall_ns,omitempty"`
 	// StdoutBytes and StderrBytes count the output, dropped bytes included.
 	StdoutBytes int64     `json:"stdout_bytes"`
 	StderrBytes int64     `json:"stderr_bytes"`
@@ -272,6 +277,8 @@ type Store interface {
 	// value, ordered by name.
 	ListSecrets(ctx context.Context) ([]SealedSecret, error)
 	DeleteSecret(ctx context.Context, name string) error
+
+	UsageStore
 
 	Close() error
 }

@@ -385,6 +385,7 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 	}
 	if status != nil {
 		res.ExitCode, res.Signal = status.ExitCode, status.Signal
+		res.UserCPU, res.SysCPU, res.PeakMemBytes = status.UserCPU, status.SysCPU, status.PeakMemBytes
 	}
 	return res, nil
 }

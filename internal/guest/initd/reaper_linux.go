@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -198,15 +199,18 @@ func (r *reaperState) runOne(f guest.Frame) {
 	}
 
 	var status syscall.WaitStatus
+	var use usage
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(-1, &ws, 0, &ru)
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
 			break // ECHILD: nothing of the command's is left
 		}
+		use.add(&ru)
 		if pid != cpid {
 			continue
 		}
@@ -216,8 +220,12 @@ func (r *reaperState) runOne(f guest.Frame) {
 		status = ws
 		// What the command left behind dies with it. No child at all
 		// means no descendant: orphans are reparented to this reaper.
-		if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); err == syscall.ECHILD {
+		pid, err = syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru)
+		if err == syscall.ECHILD {
 			break
+		}
+		if err == nil && pid > 0 {
+			use.add(&ru)
 		}
 		killTree(r.self, nil)
 	}
@@ -225,7 +233,24 @@ func (r *reaperState) runOne(f guest.Frame) {
 	r.id = 0
 	r.mu.Unlock()
 	code, sig := exitStatus(status)
-	r.w.WriteFrame(guest.FrameExit, id, guest.EncodeExit(guest.ExecResult{ExitCode: code, Signal: sig}))
+	r.w.WriteFrame(guest.FrameExit, id, guest.EncodeExit(guest.ExecResult{ExitCode: code, Signal: sig,
+		UserCPU: use.user, SysCPU: use.sys, PeakMemBytes: use.peak}))
+}
+
+// usage sums what wait4 reports for each process of one command's tree.
+// A process's report covers the process and every descendant it waited
+// for, so the reports of the processes the reaper waits for (the command
+// and its orphans) add up to the whole tree, each process counted once.
+type usage struct {
+	user, sys time.Duration
+	// peak is the largest resident set of a single process, in bytes.
+	peak int64
+}
+
+func (u *usage) add(ru *syscall.Rusage) {
+	u.user += time.Duration(ru.Utime.Nano())
+	u.sys += time.Duration(ru.Stime.Nano())
+	u.peak = max(u.peak, int64(ru.Maxrss)*1024) // Linux reports KiB
 }
 
 // exitStatus is the shell's view of a wait status.

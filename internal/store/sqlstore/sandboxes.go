@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"github.com/agentbox/agentbox/internal/errdefs"
 
@@ -71,23 +72,23 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 
 // --- execs
 
-const execCols = `id, sandbox_id, workspace_id, argv, state, exit_code, signal, timed_out, oom, cpu_ns, peak_mem_bytes, stdout_bytes, stderr_bytes, started_at, finished_at`
+const execCols = `id, sandbox_id, workspace_id, argv, state, exit_code, signal, timed_out, oom, cpu_ns, peak_mem_bytes, stdout_bytes, stderr_bytes, started_at, finished_at, task, wall_ns`
 
 func scanExec(row interface{ Scan(...any) error }) (store.Exec, error) {
 	var e store.Exec
 	var timedOut, oom int
 	var st, fin int64
 	err := row.Scan(&e.ID, &e.SandboxID, &e.WorkspaceID, &e.Argv, &e.State, &e.ExitCode, &e.Signal, &timedOut, &oom,
-		&e.CPUNanos, &e.PeakMemBytes, &e.StdoutBytes, &e.StderrBytes, &st, &fin)
+		&e.CPUNanos, &e.PeakMemBytes, &e.StdoutBytes, &e.StderrBytes, &st, &fin, &e.Task, &e.WallNanos)
 	e.TimedOut, e.OOM = timedOut != 0, oom != 0
 	e.StartedAt, e.FinishedAt = fromTS(st), fromTS(fin)
 	return e, err
 }
 
 func (s *Store) CreateExec(ctx context.Context, e store.Exec) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO execs (`+execCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO execs (`+execCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)`,
 		e.ID, e.SandboxID, e.WorkspaceID, e.Argv, e.State, e.ExitCode, e.Signal, boolInt(e.TimedOut), boolInt(e.OOM),
-		e.CPUNanos, e.PeakMemBytes, e.StdoutBytes, e.StderrBytes, ts(e.StartedAt), ts(e.FinishedAt))
+		e.CPUNanos, e.PeakMemBytes, e.StdoutBytes, e.StderrBytes, ts(e.StartedAt), ts(e.FinishedAt), e.Task, e.WallNanos)
 	return classify(err, "exec "+e.ID)
 }
 
@@ -100,10 +101,19 @@ func (s *Store) FinishExec(ctx context.Context, e store.Exec) error {
 		return classify(err, what)
 	}
 	defer tx.Rollback()
+	if err := finishExec(ctx, tx, e); err != nil {
+		return err
+	}
+	return classify(tx.Commit(), what)
+}
+
+// finishExec is FinishExec's work within tx.
+func finishExec(ctx context.Context, tx *sql.Tx, e store.Exec) error {
+	what := "exec " + e.ID
 	res, err := tx.ExecContext(ctx,
-		`UPDATE execs SET state=$2, exit_code=$3, signal=$4, timed_out=$5, oom=$6, cpu_ns=$7, peak_mem_bytes=$8, stdout_bytes=$9, stderr_bytes=$10, finished_at=$11 WHERE id=$1`,
+		`UPDATE execs SET state=$2, exit_code=$3, signal=$4, timed_out=$5, oom=$6, cpu_ns=$7, peak_mem_bytes=$8, stdout_bytes=$9, stderr_bytes=$10, finished_at=$11, wall_ns=$12 WHERE id=$1`,
 		e.ID, e.State, e.ExitCode, e.Signal, boolInt(e.TimedOut), boolInt(e.OOM), e.CPUNanos, e.PeakMemBytes,
-		e.StdoutBytes, e.StderrBytes, ts(e.FinishedAt))
+		e.StdoutBytes, e.StderrBytes, ts(e.FinishedAt), e.WallNanos)
 	if err != nil {
 		return classify(err, what)
 	}
@@ -115,7 +125,7 @@ func (s *Store) FinishExec(ctx context.Context, e store.Exec) error {
 		e.ID, ts(e.FinishedAt)); err != nil {
 		return classify(err, what)
 	}
-	return classify(tx.Commit(), what)
+	return nil
 }
 
 func (s *Store) GetExec(ctx context.Context, id string) (store.Exec, error) {

@@ -363,10 +363,11 @@ func (s *Store) AppendEvent(ctx context.Context, e store.Event) (store.Event, er
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
-	err := s.db.QueryRowContext(ctx, `INSERT INTO events (at, actor, type, repo_id, workspace_id, sandbox_id, detail) VALUES ($1,$2,$3,$4,$5,$6,$7) RETURNING id`,
-		ts(e.Time), e.Actor, e.Type, e.RepoID, e.WorkspaceID, e.SandboxID, e.Detail).Scan(&e.ID)
+	err := s.db.QueryRowContext(ctx, insertEvent, ts(e.Time), e.Actor, e.Type, e.RepoID, e.WorkspaceID, e.SandboxID, e.Detail).Scan(&e.ID)
 	return e, classify(err, "event "+e.Type)
 }
+
+const insertEvent = `INSERT INTO events (at, actor, type, repo_id, workspace_id, sandbox_id, detail) VALUES ($1,$2,$3,$4,$5,$6,$7) RETURNING id`
 
 func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
 	var where []string

@@ -1,0 +1,123 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// TaskUsage is what the workspaces of one task label used: their execs'
+// CPU time (the commands' whole process trees), the largest peak memory
+// of one command, wall time, output, and the bytes their egress moved.
+type TaskUsage struct {
+	Task            string  `json:"task"`
+	Workspaces      int64   `json:"workspaces"`
+	Execs           int64   `json:"execs"`
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	PeakMemBytes    int64   `json:"peak_mem_bytes"`
+	WallSeconds     float64 `json:"wall_seconds"`
+	OutputBytes     int64   `json:"output_bytes"`
+	EgressBytes     int64   `json:"egress_bytes"`
+	EgressBytesUp   int64   `json:"egress_bytes_up"`
+	EgressBytesDown int64   `json:"egress_bytes_down"`
+}
+
+// UsageFilter selects what Usage sums. Zero fields match everything.
+type UsageFilter struct {
+	// Task keeps one task label.
+	Task string
+	// Since keeps the execs that started (and the egress that ended) at or
+	// after it: an RFC 3339 time, or a Go duration ("2h") meaning that long
+	// before the daemon's now.
+	Since string
+}
+
+// Usage is the reply of Usage.
+type Usage struct {
+	Since *time.Time  `json:"since,omitempty"`
+	Tasks []TaskUsage `json:"tasks"`
+}
+
+// Usage sums usage per task label.
+func (c *Client) Usage(ctx context.Context, f UsageFilter) (Usage, error) {
+	q := url.Values{}
+	if f.Task != "" {
+		q.Set("task", f.Task)
+	}
+	if f.Since != "" {
+		q.Set("since", f.Since)
+	}
+	var u Usage
+	return u, c.json(ctx, request{method: "GET", path: "/v1/usage", query: q}, &u)
+}
+
+// SandboxUsage is what one sandbox used: its execs summed, and what its
+// environment's cgroup counted (read when it stopped; 0 before or when
+// the backend cannot read it) and its egress moved.
+type SandboxUsage struct {
+	SandboxID          string `json:"sandbox_id"`
+	Execs              int64  `json:"execs"`
+	CPUNanos           int64  `json:"cpu_ns"`
+	PeakMemBytes       int64  `json:"peak_mem_bytes"`
+	WallNanos          int64  `json:"wall_ns"`
+	OutputBytes        int64  `json:"output_bytes"`
+	CgroupCPUNanos     int64  `json:"cgroup_cpu_ns"`
+	CgroupPeakMemBytes int64  `json:"cgroup_peak_mem_bytes"`
+	EgressBytesUp      int64  `json:"egress_bytes_up"`
+	EgressBytesDown    int64  `json:"egress_bytes_down"`
+}
+
+// SandboxUsage returns what sandbox id used.
+func (c *Client) SandboxUsage(ctx context.Context, id string) (SandboxUsage, error) {
+	var u SandboxUsage
+	return u, c.json(ctx, request{method: "GET", path: "/v1/sandboxes/" + esc(id) + "/usage"}, &u)
+}
+
+// FollowEvents calls fn with every event f selects: those already logged
+// after f.After, then each new one as the daemon records it, until ctx
+// ends (which returns nil), fn returns an error (returned), or the daemon
+// ends the stream (an error). f.Limit is ignored.
+func (c *Client) FollowEvents(ctx context.Context, f EventFilter, fn func(Event) error) error {
+	q := url.Values{"follow": {"true"}}
+	for k, v := range map[string]string{"repo": f.Repo, "workspace": f.Workspace, "sandbox": f.Sandbox, "type": f.Type} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.After > 0 {
+		q.Set("after", strconv.FormatInt(f.After, 10))
+	}
+	resp, err := c.do(ctx, request{method: "GET", path: "/v1/events", query: q, accept: "application/x-ndjson"})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	for sc.Scan() {
+		if len(sc.Bytes()) == 0 {
+			continue // keepalive
+		}
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return fmt.Errorf("decoding event stream: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading event stream: %w", err)
+	}
+	return fmt.Errorf("the daemon ended the event stream")
+}

@@ -1,0 +1,93 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// TaskUsage is what the workspaces of one task label used (see
+// manager.Usage for what is counted).
+type TaskUsage struct {
+	Task            string  `json:"task"`
+	Workspaces      int64   `json:"workspaces"`
+	Execs           int64   `json:"execs"`
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	PeakMemBytes    int64   `json:"peak_mem_bytes"`
+	WallSeconds     float64 `json:"wall_seconds"`
+	OutputBytes     int64   `json:"output_bytes"`
+	EgressBytes     int64   `json:"egress_bytes"`
+	EgressBytesUp   int64   `json:"egress_bytes_up"`
+	EgressBytesDown int64   `json:"egress_bytes_down"`
+}
+
+// UsageReply is the reply of GET /v1/usage.
+type UsageReply struct {
+	// Since echoes the window's start; absent for all time.
+	Since *time.Time  `json:"since,omitempty"`
+	Tasks []TaskUsage `json:"tasks"`
+}
+
+func taskUsage(u store.TaskUsage) TaskUsage {
+	return TaskUsage{Task: u.Task, Workspaces: u.Workspaces, Execs: u.Execs,
+		CPUSeconds: time.Duration(u.CPUNanos).Seconds(), PeakMemBytes: u.PeakMemBytes,
+		WallSeconds: time.Duration(u.WallNanos).Seconds(), OutputBytes: u.OutputBytes,
+		EgressBytes: u.EgressBytesUp + u.EgressBytesDown, EgressBytesUp: u.EgressBytesUp, EgressBytesDown: u.EgressBytesDown}
+}
+
+// usage sums usage per task label: ?task=LABEL keeps one, ?since=T (RFC
+// 3339, or a Go duration meaning that long ago) keeps what started since.
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.UsageFilter{Task: q.Get("task")}
+	var reply UsageReply
+	if v := q.Get("since"); v != "" {
+		t, err := ParseSince(v, time.Now())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		f.Since = t
+		reply.Since = &t
+	}
+	us, err := s.m.Usage(r.Context(), f)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	reply.Tasks = make([]TaskUsage, 0, len(us))
+	for _, u := range us {
+		reply.Tasks = append(reply.Tasks, taskUsage(u))
+	}
+	writeJSON(w, 200, reply)
+}
+
+// ParseSince reads a point in time: RFC 3339, or a Go duration ("90m")
+// meaning that long before now.
+func ParseSince(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UTC(), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d).UTC(), nil
+	}
+	return time.Time{}, errdefs.Invalid("since %q is neither an RFC 3339 time (2006-01-02T15:04:05Z) nor a duration like 2h", v)
+}
+
+// sandboxUsage is what one sandbox used: its execs summed, and its
+// cgroup and egress totals.
+func (s *Server) sandboxUsage(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := s.m.GetSandbox(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
+	u, err := s.m.SandboxUsage(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, u)
+}

@@ -1,0 +1,183 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// --- usage
+
+// RecordEgress is one transaction, one commit: the ledger row, the
+// sandbox's totals and the event move together. A sandbox row already
+// removed keeps only the ledger row, which is what task usage reads.
+func (s *Store) RecordEgress(ctx context.Context, e store.EgressUsage, ev store.Event) (store.Event, error) {
+	what := "egress usage of sandbox " + e.SandboxID
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	if ev.Time.IsZero() {
+		ev.Time = e.Time
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return ev, classify(err, what)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO egress_usage (at, sandbox_id, workspace_id, task, bytes_up, bytes_down) VALUES ($1,$2,$3,$4,$5,$6)`,
+		ts(e.Time), e.SandboxID, e.WorkspaceID, e.Task, e.BytesUp, e.BytesDown); err != nil {
+		return ev, classify(err, what)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET egress_bytes_up = egress_bytes_up + $2, egress_bytes_down = egress_bytes_down + $3 WHERE id = $1`,
+		e.SandboxID, e.BytesUp, e.BytesDown); err != nil {
+		return ev, classify(err, what)
+	}
+	err = tx.QueryRowContext(ctx, insertEvent, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
+	if err != nil {
+		return ev, classify(err, "event "+ev.Type)
+	}
+	return ev, classify(tx.Commit(), what)
+}
+
+func (s *Store) SetSandboxCgroupUsage(ctx context.Context, id string, cpuNanos, peakMemBytes int64) error {
+	return execOne(ctx, s.db, "sandbox "+id, `UPDATE sandboxes SET cgroup_cpu_ns=$2, cgroup_peak_mem_bytes=$3 WHERE id=$1`, id, cpuNanos, peakMemBytes)
+}
+
+func (s *Store) SandboxUsage(ctx context.Context, id string) (store.SandboxUsage, error) {
+	u := store.SandboxUsage{SandboxID: id}
+	err := s.db.QueryRowContext(ctx, `SELECT cgroup_cpu_ns, cgroup_peak_mem_bytes, egress_bytes_up, egress_bytes_down FROM sandboxes WHERE id = $1`, id).
+		Scan(&u.CgroupCPUNanos, &u.CgroupPeakMemBytes, &u.EgressBytesUp, &u.EgressBytesDown)
+	if err != nil {
+		return u, classify(err, "sandbox "+id)
+	}
+	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(cpu_ns),0), COALESCE(MAX(peak_mem_bytes),0), COALESCE(SUM(wall_ns),0),
+		COALESCE(SUM(stdout_bytes + stderr_bytes),0) FROM execs WHERE sandbox_id = $1`, id).
+		Scan(&u.Execs, &u.CPUNanos, &u.PeakMemBytes, &u.WallNanos, &u.OutputBytes)
+	return u, classify(err, "usage of sandbox "+id)
+}
+
+// UsageByTask sums two queries, execs and egress, each grouped by the task
+// label copied onto its rows, so that removed workspaces still count.
+func (s *Store) UsageByTask(ctx context.Context, f store.UsageFilter) ([]store.TaskUsage, error) {
+	byTask := map[string]*store.TaskUsage{}
+	get := func(task string) *store.TaskUsage {
+		u, ok := byTask[task]
+		if !ok {
+			u = &store.TaskUsage{Task: task}
+			byTask[task] = u
+		}
+		return u
+	}
+	where, args := usageWhere(f, "started_at")
+	rows, err := s.db.QueryContext(ctx, `SELECT task, COUNT(*), COALESCE(SUM(cpu_ns),0), COALESCE(MAX(peak_mem_bytes),0), COALESCE(SUM(wall_ns),0),
+		COALESCE(SUM(stdout_bytes + stderr_bytes),0) FROM execs WHERE `+where+` GROUP BY task`, args...)
+	if err != nil {
+		return nil, classify(err, "summing exec usage")
+	}
+	for rows.Next() {
+		var task string
+		var u store.TaskUsage
+		if err := rows.Scan(&task, &u.Execs, &u.CPUNanos, &u.PeakMemBytes, &u.WallNanos, &u.OutputBytes); err != nil {
+			rows.Close()
+			return nil, classify(err, "summing exec usage")
+		}
+		t := get(task)
+		t.Execs, t.CPUNanos, t.PeakMemBytes, t.WallNanos, t.OutputBytes = u.Execs, u.CPUNanos, u.PeakMemBytes, u.WallNanos, u.OutputBytes
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, classify(err, "summing exec usage")
+	}
+	where, args = usageWhere(f, "at")
+	rows, err = s.db.QueryContext(ctx, `SELECT task, COALESCE(SUM(bytes_up),0), COALESCE(SUM(bytes_down),0) FROM egress_usage WHERE `+where+` GROUP BY task`, args...)
+	if err != nil {
+		return nil, classify(err, "summing egress usage")
+	}
+	for rows.Next() {
+		var task string
+		var up, down int64
+		if err := rows.Scan(&task, &up, &down); err != nil {
+			rows.Close()
+			return nil, classify(err, "summing egress usage")
+		}
+		t := get(task)
+		t.EgressBytesUp, t.EgressBytesDown = up, down
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, classify(err, "summing egress usage")
+	}
+	// Distinct workspaces over both tables.
+	wsWhere, wsArgs := usageWhere(f, "started_at")
+	egWhere, _ := usageWhereFrom(f, "at", len(wsArgs))
+	_, egArgs := usageWhere(f, "at")
+	rows, err = s.db.QueryContext(ctx, `SELECT task, COUNT(DISTINCT workspace_id) FROM (
+		SELECT task, workspace_id FROM execs WHERE `+wsWhere+`
+		UNION SELECT task, workspace_id FROM egress_usage WHERE `+egWhere+` AND workspace_id <> ''
+	) GROUP BY task`, append(wsArgs, egArgs...)...)
+	if err != nil {
+		return nil, classify(err, "counting workspaces")
+	}
+	for rows.Next() {
+		var task string
+		var n int64
+		if err := rows.Scan(&task, &n); err != nil {
+			rows.Close()
+			return nil, classify(err, "counting workspaces")
+		}
+		get(task).Workspaces = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, classify(err, "counting workspaces")
+	}
+	out := make([]store.TaskUsage, 0, len(byTask))
+	for _, u := range byTask {
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, func(a, b store.TaskUsage) int { return strings.Compare(a.Task, b.Task) })
+	return out, nil
+}
+
+func usageWhere(f store.UsageFilter, timeCol string) (string, []any) {
+	return usageWhereFrom(f, timeCol, 0)
+}
+
+// usageWhereFrom builds the filter with placeholders numbered after n.
+func usageWhereFrom(f store.UsageFilter, timeCol string, n int) (string, []any) {
+	where := "1=1"
+	var args []any
+	if f.Task != "" {
+		args = append(args, f.Task)
+		where += fmt.Sprintf(" AND task = $%d", n+len(args))
+	}
+	if !f.Since.IsZero() {
+		args = append(args, ts(f.Since))
+		where += fmt.Sprintf(" AND %s >= $%d", timeCol, n+len(args))
+	}
+	return where, args
+}
+
+func (s *Store) FinishExecEvent(ctx context.Context, e store.Exec, ev store.Event) (store.Event, error) {
+	what := "exec " + e.ID
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return ev, classify(err, what)
+	}
+	defer tx.Rollback()
+	if err := finishExec(ctx, tx, e); err != nil {
+		return ev, err
+	}
+	err = tx.QueryRowContext(ctx, insertEvent, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
+	if err != nil {
+		return ev, classify(err, "event "+ev.Type)
+	}
+	return ev, classify(tx.Commit(), what)
+}

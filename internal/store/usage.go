@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// UsageStore records and sums what execs and sandboxes used. It is part
+// of Store.
+type UsageStore interface {
+	// FinishExecEvent is FinishExec and AppendEvent(ev) in one
+	// transaction: an exec's end and its event cost one commit.
+	FinishExecEvent(ctx context.Context, e Exec, ev Event) (Event, error)
+	// RecordEgress adds one egress connection's bytes to its sandbox's
+	// totals and to the time-stamped ledger that UsageByTask reads, and
+	// appends ev (the decision's event), in one transaction.
+	RecordEgress(ctx context.Context, e EgressUsage, ev Event) (Event, error)
+	// SetSandboxCgroupUsage records what the environment's cgroup counted
+	// for sandbox id (read when it stops).
+	SetSandboxCgroupUsage(ctx context.Context, id string, cpuNanos, peakMemBytes int64) error
+	// SandboxUsage sums sandbox id's execs and returns its recorded
+	// totals.
+	SandboxUsage(ctx context.Context, id string) (SandboxUsage, error)
+	// UsageByTask sums usage per task label, ordered by task.
+	UsageByTask(ctx context.Context, f UsageFilter) ([]TaskUsage, error)
+}
+
+// EgressUsage is one egress connection of a sandbox.
+type EgressUsage struct {
+	Time        time.Time
+	SandboxID   string
+	WorkspaceID string
+	// Task is the workspace's task label at the time.
+	Task               string
+	BytesUp, BytesDown int64
+}
+
+// SandboxUsage is what one sandbox used. The exec figures sum the
+// commands run in it; the cgroup figures are the environment's own
+// accounting, which also covers the guest and, on gVisor, the sentry, and
+// are zero until the sandbox stopped or when its backend cannot read them.
+type SandboxUsage struct {
+	SandboxID string `json:"sandbox_id"`
+	// Execs counts the commands run (sessions included).
+	Execs int64 `json:"execs"`
+	// CPUNanos sums the commands' CPU time (user and system).
+	CPUNanos int64 `json:"cpu_ns"`
+	// PeakMemBytes is the largest peak of a single command.
+	PeakMemBytes int64 `json:"peak_mem_bytes"`
+	// WallNanos sums the commands' wall time.
+	WallNanos int64 `json:"wall_ns"`
+	// OutputBytes sums the commands' stdout and stderr.
+	OutputBytes int64 `json:"output_bytes"`
+	// CgroupCPUNanos and CgroupPeakMemBytes are the environment's cgroup
+	// CPU usage and memory high-water mark (page cache included).
+	CgroupCPUNanos     int64 `json:"cgroup_cpu_ns"`
+	CgroupPeakMemBytes int64 `json:"cgroup_peak_mem_bytes"`
+	// EgressBytesUp and EgressBytesDown sum the egress proxy's allowed
+	// connections of the sandbox, each way.
+	EgressBytesUp   int64 `json:"egress_bytes_up"`
+	EgressBytesDown int64 `json:"egress_bytes_down"`
+}
+
+// UsageFilter selects what UsageByTask sums. Zero fields match everything.
+type UsageFilter struct {
+	// Task keeps one task label.
+	Task string
+	// Since keeps the execs that started, and the egress connections that
+	// ended, at or after it.
+	Since time.Time
+}
+
+// TaskUsage is what the workspaces of one task label used: their execs
+// and their egress. Workspaces without a label sum under Task "".
+type TaskUsage struct {
+	Task string `json:"task"`
+	// Workspaces counts the distinct workspaces with execs or egress.
+	Workspaces int64 `json:"workspaces"`
+	// Execs, CPUNanos, WallNanos and OutputBytes sum the execs;
+	// PeakMemBytes is the largest peak of one exec.
+	Execs        int64 `json:"execs"`
+	CPUNanos     int64 `json:"cpu_ns"`
+	PeakMemBytes int64 `json:"peak_mem_bytes"`
+	WallNanos    int64 `json:"wall_ns"`
+	OutputBytes  int64 `json:"output_bytes"`
+	// EgressBytesUp and EgressBytesDown sum the egress, each way.
+	EgressBytesUp   int64 `json:"egress_bytes_up"`
+	EgressBytesDown int64 `json:"egress_bytes_down"`
+}
