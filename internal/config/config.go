@@ -75,6 +75,10 @@ type Config struct {
 	// SandboxMaxAge stops a sandbox this long after it started, whatever
 	// it does; 0 never does.
 	SandboxMaxAge Duration `json:"sandbox_max_age"`
+	// ReconcileInterval is how often the reconciler compares the database
+	// with what exists and repairs both ways (it always runs once before
+	// the daemon serves); 0 runs it only at start.
+	ReconcileInterval Duration `json:"reconcile_interval"`
 	// DefaultBackend is the execution backend of a sandbox that names none:
 	// "auto" (docker when an engine answers, else local), docker, gvisor
 	// or local.
@@ -121,6 +125,7 @@ func Default() Config {
 		LogFormat:          "json",
 		ShutdownGrace:      Duration{30 * time.Second},
 		SandboxIdleTimeout: Duration{30 * time.Minute},
+		ReconcileInterval:  Duration{time.Minute},
 		DefaultBackend:     "auto",
 		DefaultImage:       "agentbox/debian:bookworm",
 	}
@@ -196,6 +201,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SandboxIdleTimeout.Duration < 0 || c.SandboxMaxAge.Duration < 0 {
 		probs = append(probs, "sandbox_idle_timeout and sandbox_max_age must not be negative (0 turns them off)")
+	}
+	if c.ReconcileInterval.Duration < 0 {
+		probs = append(probs, "reconcile_interval must not be negative (0 reconciles only at start)")
 	}
 	if c.MaxDiffBytes <= 0 {
 		probs = append(probs, "max_diff_bytes must be positive")

@@ -70,7 +70,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		log.Warn("sandboxes unavailable", "err", err)
 		gb = ""
 	}
-	metrics := telemetry.New(telemetry.Options{Backends: backendNames(bes), Sandboxes: countSandboxes(st)})
+	metrics := telemetry.New(telemetry.Options{Backends: backendNames(bes), Sandboxes: countSandboxes(st), RepairKinds: manager.RepairKinds})
 	// The egress proxy reports its decisions to the manager, which exists
 	// only once New returns; no sandbox (so no decision) comes before.
 	var mgr atomic.Pointer[manager.Manager]
@@ -109,6 +109,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	mgr.Store(m)
 	if every := evictionInterval(cfg.SandboxIdleTimeout.Duration, cfg.SandboxMaxAge.Duration); every > 0 {
 		go m.RunEviction(ctx, every)
+	}
+	if every := cfg.ReconcileInterval.Duration; every > 0 {
+		go m.RunReconcile(ctx, every)
 	}
 	srv := &http.Server{
 		Handler:           api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()}),

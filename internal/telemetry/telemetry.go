@@ -39,6 +39,9 @@ type Options struct {
 	Backends []string
 	// ScrapeTimeout bounds one Sandboxes call (default 5s).
 	ScrapeTimeout time.Duration
+	// RepairKinds are the reconciler's repair kinds whose series exist
+	// from the start (manager.RepairKinds).
+	RepairKinds []string
 }
 
 // Metrics is the daemon's metrics. Its methods are safe for concurrent use.
@@ -49,6 +52,7 @@ type Metrics struct {
 	execSeconds    *prometheus.HistogramVec
 	execs          *prometheus.CounterVec
 	egressDecision *prometheus.CounterVec
+	repairs        *prometheus.CounterVec
 }
 
 // latencyBuckets span a fast exec (milliseconds) to a slow image pull or a
@@ -82,6 +86,13 @@ func New(opts Options) *Metrics {
 			Name: "agentbox_egress_decisions_total",
 			Help: "Egress proxy decisions on sandbox connections.",
 		}, []string{"allowed"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentbox_reconciler_repairs_total",
+			Help: "Repairs made by the reconciler, by kind.",
+		}, []string{"kind"}),
+	}
+	for _, k := range opts.RepairKinds {
+		m.repairs.WithLabelValues(k)
 	}
 	for _, b := range opts.Backends {
 		m.createSeconds.WithLabelValues(b)
@@ -96,7 +107,7 @@ func New(opts Options) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.createSeconds, m.createErrors, m.execSeconds, m.execs, m.egressDecision,
+		m.createSeconds, m.createErrors, m.execSeconds, m.execs, m.egressDecision, m.repairs,
 	)
 	if opts.Sandboxes != nil {
 		timeout := opts.ScrapeTimeout
@@ -133,6 +144,11 @@ func (m *Metrics) ObserveExec(backend string, d time.Duration, outcome string) {
 // ObserveEgress records one egress proxy decision.
 func (m *Metrics) ObserveEgress(allowed bool) {
 	m.egressDecision.WithLabelValues(strconv.FormatBool(allowed)).Inc()
+}
+
+// ObserveRepair counts one reconciler repair of the given kind.
+func (m *Metrics) ObserveRepair(kind string) {
+	m.repairs.WithLabelValues(kind).Inc()
 }
 
 // Handler serves the registry in the Prometheus exposition format. A

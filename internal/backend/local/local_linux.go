@@ -460,6 +460,7 @@ func labels(req sandbox.CreateRequest) map[string]string {
 		sandbox.LabelSandbox:   req.ID,
 		sandbox.LabelWorkspace: req.WorkspaceID,
 		LabelBackend:           Name,
+		sandbox.LabelOwner:     req.Owner,
 	}
 }
 
