@@ -566,6 +566,9 @@ func (p *pass) dirs(ctx context.Context, snap snapshotOf) {
 }
 
 func (p *pass) removeDir(ctx context.Context, dir, reason string, ev store.Event) {
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return // gone with its object earlier in this pass: no repair
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		p.fail(fmt.Errorf("reconcile: removing %s: %w", dir, err))
 		return
