@@ -37,6 +37,24 @@ type crashModel struct {
 	seq atomic.Int64
 	// acked counts acknowledged operations.
 	acked atomic.Int64
+	// killed is set just before the daemon is killed: an operation that
+	// fails before that failed for a reason of the daemon's own.
+	killed     atomic.Bool
+	unexpected []string
+}
+
+// failed records an operation's failure unless the kill explains it.
+func (m *crashModel) failed(op string, err error, res *client.ExecResult) {
+	if m.killed.Load() {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if res != nil {
+		m.unexpected = append(m.unexpected, fmt.Sprintf("%s: %+v, %v", op, *res, err))
+	} else {
+		m.unexpected = append(m.unexpected, fmt.Sprintf("%s: %v", op, err))
+	}
 }
 
 type crashWS struct {
@@ -146,6 +164,13 @@ func TestCrashRecovery(t *testing.T) {
 			t.Errorf("%d mounts left under %s", n, data)
 		}
 	})
+	// Runs before the cleanup above: a test stopped midway leaves its
+	// daemon running, which would refuse the cleanup's.
+	t.Cleanup(func() {
+		if d.cmd.ProcessState == nil {
+			d.kill9(t)
+		}
+	})
 	cl := d.client(t)
 	repo, err := cl.AddRepo(t.Context(), src.Dir, nil)
 	if err != nil {
@@ -162,6 +187,7 @@ func TestCrashRecovery(t *testing.T) {
 
 	var orphanWaits int
 	for cycle := range crashKills {
+		cycleStart := time.Now()
 		var wg sync.WaitGroup
 		ctx, cancel := context.WithCancel(context.Background())
 		for range 3 {
@@ -181,16 +207,25 @@ func TestCrashRecovery(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+		model.killed.Store(true)
 		d.kill9(t)
 		cancel()
 		wg.Wait()
+		model.killed.Store(false)
+		if len(model.unexpected) > 0 {
+			t.Fatalf("operations failed while the daemon ran (before kill %d):\n  %s\n%s", cycle+1, strings.Join(model.unexpected, "\n  "), tail(d.logs.String(), 40))
+		}
 
+		killedAt := time.Now()
 		d = startCrashDaemon(t, data, cfg)
 		cl = d.client(t)
+		upAt := time.Now()
 		if !crashVerify(t, cl, data, owner, model) {
 			t.Fatalf("after kill %d:\n%s", cycle+1, tail(d.logs.String(), 40))
 		}
 		orphanWaits += crashOrphans(t, cl, data, owner)
+		t.Logf("kill %d: workload %s, restart %s, checks %s", cycle+1, killedAt.Sub(cycleStart).Round(time.Millisecond),
+			upAt.Sub(killedAt).Round(time.Millisecond), time.Since(upAt).Round(time.Millisecond))
 		if t.Failed() {
 			t.Fatalf("after kill %d:\n%s", cycle+1, tail(d.logs.String(), 40))
 		}
@@ -230,27 +265,33 @@ func crashOp(ctx context.Context, cl *client.Client, repoID string, m *crashMode
 	switch r := rand.IntN(100); {
 	case id == "" || r < 8:
 		w, err := cl.CreateWorkspace(ctx, client.CreateWorkspace{Repo: repoID})
-		if err == nil {
-			m.mu.Lock()
-			m.ws[w.ID] = &crashWS{files: map[string]string{}}
-			m.mu.Unlock()
-			m.acked.Add(1)
+		if err != nil {
+			m.failed("create", err, nil)
+			return
 		}
+		m.mu.Lock()
+		m.ws[w.ID] = &crashWS{files: map[string]string{}}
+		m.mu.Unlock()
+		m.acked.Add(1)
 	case r < 60:
 		p := fmt.Sprintf("w/%d.txt", n)
 		content := fmt.Sprintf("write %d %x\n", n, rand.Uint64())
-		if _, err := cl.WriteFile(ctx, id, p, strings.NewReader(content), 0, true); err == nil {
-			m.wrote(id, p, content)
+		if _, err := cl.WriteFile(ctx, id, p, strings.NewReader(content), 0, true); err != nil {
+			m.failed("write "+id+" "+p, err, nil)
+			return
 		}
+		m.wrote(id, p, content)
 	case r < 80:
 		p := fmt.Sprintf("x/%d.txt", n)
 		content := fmt.Sprintf("exec %d %x", n, rand.Uint64())
 		var out bytes.Buffer
 		res, err := cl.Exec(ctx, id, client.Exec{Argv: []string{"sh", "-c", "mkdir -p x && printf %s \"$1\" > \"$2\" && cat \"$2\"", "sh", content, p},
 			Workdir: "/workspace", Timeout: "20s"}, &out, nil)
-		if err == nil && res.ExitCode == 0 && !res.Lost && out.String() == content {
-			m.wrote(id, p, content)
+		if err != nil || res.ExitCode != 0 || res.Lost || out.String() != content {
+			m.failed("exec in "+id, err, &res)
+			return
 		}
+		m.wrote(id, p, content)
 	case r < 90:
 		m.mu.Lock()
 		var parent map[string]string
@@ -262,12 +303,14 @@ func crashOp(ctx context.Context, cl *client.Client, repoID string, m *crashMode
 		}
 		m.mu.Unlock()
 		w, err := cl.ForkWorkspace(ctx, id, "", "")
-		if err == nil {
-			m.mu.Lock()
-			m.ws[w.ID] = &crashWS{files: parent}
-			m.mu.Unlock()
-			m.acked.Add(1)
+		if err != nil {
+			m.failed("fork "+id, err, nil)
+			return
 		}
+		m.mu.Lock()
+		m.ws[w.ID] = &crashWS{files: parent}
+		m.mu.Unlock()
+		m.acked.Add(1)
 	default:
 		m.mu.Lock()
 		w := m.ws[id]
@@ -286,6 +329,9 @@ func crashOp(ctx context.Context, cl *client.Client, repoID string, m *crashMode
 			w.uncertain = true
 		}
 		m.mu.Unlock()
+		if err != nil {
+			m.failed("remove "+id, err, nil)
+		}
 	}
 }
 
@@ -376,6 +422,9 @@ func crashOrphans(t *testing.T, cl *client.Client, data, owner string) int {
 		problems = orphans(t, cl, data, owner)
 		if len(problems) == 0 {
 			return tries
+		}
+		if tries == 0 {
+			t.Logf("waiting for a periodic pass: %s", strings.Join(problems, "; "))
 		}
 		if time.Now().After(deadline) {
 			break
