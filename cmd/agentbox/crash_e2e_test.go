@@ -61,10 +61,14 @@ type crashWS struct {
 	files map[string]string
 	// busy: a removal was sent; uncertain: it may have happened.
 	busy, uncertain bool
+	// users counts the operations under way on it.
+	users int
 }
 
-// pick returns a random workspace that no removal touches, or "".
-func (m *crashModel) pick() string {
+// pick returns a random workspace that no removal touches, or "", and
+// holds it off removals until release is called: an operation on a
+// workspace that an acknowledged removal took away fails rightly.
+func (m *crashModel) pick() (id string, release func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var ids []string
@@ -74,10 +78,40 @@ func (m *crashModel) pick() string {
 		}
 	}
 	if len(ids) == 0 {
+		return "", func() {}
+	}
+	slices.Sort(ids)
+	id = ids[rand.IntN(len(ids))]
+	w := m.ws[id]
+	w.users++
+	var once sync.Once
+	return id, func() {
+		once.Do(func() {
+			m.mu.Lock()
+			w.users--
+			m.mu.Unlock()
+		})
+	}
+}
+
+// pickIdle returns a random workspace no operation uses and marks it
+// busy, or "" (keeping at least two workspaces).
+func (m *crashModel) pickIdle() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for id, w := range m.ws {
+		if !w.busy && w.users == 0 {
+			ids = append(ids, id)
+		}
+	}
+	if len(m.ws) <= 2 || len(ids) == 0 {
 		return ""
 	}
 	slices.Sort(ids)
-	return ids[rand.IntN(len(ids))]
+	id := ids[rand.IntN(len(ids))]
+	m.ws[id].busy = true
+	return id
 }
 
 func (m *crashModel) wrote(id, path, content string) {
@@ -233,7 +267,9 @@ func TestCrashRecovery(t *testing.T) {
 
 	// Kill the execution environment, then the guest, mid-exec.
 	for _, how := range []string{"container", "guest"} {
-		crashMidExec(t, cl, model.pick(), how)
+		id, release := model.pick()
+		crashMidExec(t, cl, id, how)
+		release()
 	}
 	crashOrphans(t, cl, data, owner)
 
@@ -260,7 +296,8 @@ func TestCrashRecovery(t *testing.T) {
 
 // crashOp runs one random operation and records it if acknowledged.
 func crashOp(ctx context.Context, cl *client.Client, repoID string, m *crashModel) {
-	id := m.pick()
+	id, release := m.pick()
+	defer release()
 	n := m.seq.Add(1)
 	switch r := rand.IntN(100); {
 	case id == "" || r < 8:
@@ -312,16 +349,14 @@ func crashOp(ctx context.Context, cl *client.Client, repoID string, m *crashMode
 		m.mu.Unlock()
 		m.acked.Add(1)
 	default:
-		m.mu.Lock()
-		w := m.ws[id]
-		if len(m.ws) <= 2 || w == nil || w.busy {
-			m.mu.Unlock()
+		release()
+		id := m.pickIdle()
+		if id == "" {
 			return
 		}
-		w.busy = true
-		m.mu.Unlock()
 		err := cl.RemoveWorkspace(ctx, id)
 		m.mu.Lock()
+		w := m.ws[id]
 		if err == nil {
 			delete(m.ws, id)
 			m.acked.Add(1)

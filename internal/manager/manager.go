@@ -816,6 +816,13 @@ func (m *Manager) Files(ctx context.Context, id string, write bool) (fs *fileapi
 	f, err := fileapi.Open(drv.Files(w.Dir), fileapi.Options{UID: m.cfg.UID, GID: m.cfg.GID})
 	if err != nil {
 		l.RUnlock()
+		// A removal that won the lock since ready() is reported as such,
+		// not as a missing path.
+		if cur, gerr := m.st.GetWorkspace(ctx, id); gerr != nil {
+			return nil, nil, gerr
+		} else if cur.State != store.WorkspaceReady {
+			return nil, nil, fmt.Errorf("workspace %s is %s: %w", id, cur.State, errdefs.ErrConflict)
+		}
 		return nil, nil, fmt.Errorf("workspace %s: %w", id, err)
 	}
 	return f, func() {
