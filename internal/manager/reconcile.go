@@ -392,6 +392,7 @@ func (p *pass) environment(ctx context.Context, be sandbox.Backend, in sandbox.I
 		p.fail(fmt.Errorf("reconcile: removing %s environment %s of sandbox %s: %w", be.Name(), in.Ref, id, err))
 		return
 	}
+	m.dropLive(id)
 	os.RemoveAll(m.sandboxDir(id))
 	p.repaired(ctx, RepairEnvironmentRemoved, be.Name()+":"+in.Ref, reason, store.Event{WorkspaceID: wsID, SandboxID: id})
 }

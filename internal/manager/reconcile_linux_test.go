@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,10 +16,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/backend/docker"
+	"github.com/agentbox/agentbox/internal/backend/local"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/workspace"
 )
 
 // repairCounter is an Observer that also counts repairs.
@@ -392,4 +397,117 @@ func TestReconcile(t *testing.T) {
 			t.Errorf("pass after the start pass: %+v, %v", repairs, err)
 		}
 	})
+}
+
+// TestReconcileLocalJails runs the reconciler over the local backend's
+// jails: one whose guest was killed from outside, and one left by a
+// daemon that died between starting the jail and recording it.
+func TestReconcileLocalJails(t *testing.T) {
+	requireDriver(t, workspace.Overlay)
+	imagesDir := filepath.Join(t.TempDir(), "images")
+	ctx := t.Context()
+	if _, err := image.Build(ctx, image.BuildOptions{Kind: image.KindBusybox, RootfsDir: filepath.Join(imagesDir, "busybox", "rootfs"), NoEngine: true}); err != nil {
+		t.Fatalf("building the busybox root file system: %v", err)
+	}
+	gb := guestBinary(t)
+	h := &harness{t: t, driver: workspace.Overlay, data: t.TempDir(), home: t.TempDir()}
+	stateDir := filepath.Join(h.data, "local")
+	var lb *local.Backend
+	newBackend := func() {
+		b, err := local.New(local.Options{StateDir: stateDir, ImagesDir: imagesDir})
+		if err != nil {
+			if os.Getenv(requireSetupEnv) == "1" {
+				t.Fatalf("%s=1 but the local backend is unavailable: %v", requireSetupEnv, err)
+			}
+			t.Skipf("local backend unavailable: %v", err)
+		}
+		lb = b
+	}
+	newBackend()
+	t.Cleanup(func() { lb.Close() })
+	h.configure = func(c *Config) {
+		c.Backends = map[string]sandbox.Backend{"local": lb}
+		c.DefaultBackend, c.DefaultImage, c.GuestBinary = "local", "busybox", gb
+	}
+	h.open()
+	t.Cleanup(h.cleanup)
+	h.src = testutil.NewRepo(t, v1Files)
+	r, _, err := h.m.AddRepo(ctx, h.src.Dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.repo = r
+	w := h.create(CreateRequest{Repo: r.ID})
+
+	t.Run("guest killed", func(t *testing.T) {
+		h := h.sub(t)
+		res, _, _ := h.exec(w.ID, "true")
+		sb, _ := h.m.GetSandbox(ctx, res.SandboxID)
+		killJail(t, sb.BackendRef)
+		// The kill is seen by the next pass that runs after the jail's
+		// init is gone (bounded poll: the kernel reaps asynchronously).
+		var repairs []Repair
+		deadline := time.Now().Add(30 * time.Second)
+		for len(repairs) == 0 && time.Now().Before(deadline) {
+			if repairs, _ = h.m.Reconcile(ctx); len(repairs) == 0 {
+				time.Sleep(10 * time.Millisecond) // polling, bounded
+			}
+		}
+		if len(repairs) != 1 || repairs[0].Kind != RepairSandboxLost || repairs[0].Object != sb.ID {
+			t.Fatalf("repairs = %+v, want the sandbox lost", repairs)
+		}
+		if exists(filepath.Join(stateDir, sb.ID)) {
+			t.Error("the dead jail's record is left")
+		}
+		if ev := h.events(w.ID, "reconcile."+RepairSandboxLost); len(ev) != 1 || ev[0].SandboxID != sb.ID {
+			t.Errorf("events: %+v", ev)
+		}
+	})
+
+	t.Run("daemon died between the jail and its row", func(t *testing.T) {
+		parent := h
+		h := h.sub(t)
+		res, _, _ := h.exec(w.ID, "true")
+		sb, _ := h.m.GetSandbox(ctx, res.SandboxID)
+		// The daemon dies: its jails with it, their records stay. Its row
+		// still said creating, without the jail's ref.
+		lb.Close()
+		sb.State, sb.BackendRef = string(sandbox.StateCreating), ""
+		if err := h.st.UpdateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if !exists(filepath.Join(stateDir, sb.ID)) {
+			t.Fatal("no jail record to find")
+		}
+		newBackend()
+		parent.reopen() // the harness's own, which its cleanup uses
+		h = parent.sub(t)
+		if exists(filepath.Join(stateDir, sb.ID)) {
+			t.Error("the jail of the interrupted create is left after the start")
+		}
+		evs, _ := h.m.Events(ctx, store.EventFilter{SandboxID: sb.ID, Type: "reconcile." + RepairEnvironmentRemoved})
+		if len(evs) != 1 || evs[0].Actor != "daemon" {
+			t.Errorf("events: %+v", evs)
+		}
+	})
+}
+
+// killJail kills every process of local sandbox id from outside, as a
+// crash or an operator would.
+func killJail(t *testing.T, id string) {
+	t.Helper()
+	files, _ := filepath.Glob("/sys/fs/cgroup/*/agentbox/" + id + "/cgroup.procs")
+	more, _ := filepath.Glob("/sys/fs/cgroup/agentbox/" + id + "/cgroup.procs")
+	killed := 0
+	for _, f := range append(files, more...) {
+		b, _ := os.ReadFile(f)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && unix.Kill(pid, unix.SIGKILL) == nil {
+				killed++
+			}
+		}
+	}
+	if killed == 0 {
+		t.Fatalf("no process of local sandbox %s found to kill", id)
+	}
 }
