@@ -26,8 +26,14 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-// crashKills is how many times the crash test kills the daemon.
-const crashKills = 22
+// crashKills is how many times the crash test kills the daemon;
+// AGENTBOX_CRASH_KILLS sets another number for a longer soak.
+func crashKills() int {
+	if n, err := strconv.Atoi(os.Getenv("AGENTBOX_CRASH_KILLS")); err == nil && n > 0 {
+		return n
+	}
+	return 22
+}
 
 // crashModel is what the API acknowledged: the workspaces it created and,
 // per workspace, every file it wrote (each path written once).
@@ -220,7 +226,8 @@ func TestCrashRecovery(t *testing.T) {
 	}
 
 	var orphanWaits int
-	for cycle := range crashKills {
+	kills := crashKills()
+	for cycle := range kills {
 		cycleStart := time.Now()
 		var wg sync.WaitGroup
 		ctx, cancel := context.WithCancel(context.Background())
@@ -291,7 +298,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	d.stop(t)
 	t.Logf("crash test: %d kills, %d operations acknowledged, %d workspaces at the end, reconciler repairs %d %v, %d orphan checks waited for a periodic pass, %s",
-		crashKills, model.acked.Load(), len(model.ws), total, repairs, orphanWaits, time.Since(began).Round(time.Millisecond))
+		kills, model.acked.Load(), len(model.ws), total, repairs, orphanWaits, time.Since(began).Round(time.Millisecond))
 }
 
 // crashOp runs one random operation and records it if acknowledged.

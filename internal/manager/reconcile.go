@@ -127,6 +127,15 @@ func OwnerID(dataDir string) string {
 	return "d" + hex.EncodeToString(sum[:])[:16]
 }
 
+// countRepair tells a RepairObserver of one repair. The start-time
+// repairs of Recover and recoverSandboxes, which keep their own event
+// types, are counted here too.
+func (m *Manager) countRepair(kind string) {
+	if o, ok := m.cfg.Observer.(RepairObserver); ok {
+		o.ObserveRepair(kind)
+	}
+}
+
 func (m *Manager) owner() string { return OwnerID(m.cfg.DataDir) }
 
 // Reconcile compares the database with what exists (environments carrying
@@ -170,9 +179,7 @@ func (p *pass) repaired(ctx context.Context, kind, object, reason string, ev sto
 	ev.Actor, ev.Type = "daemon", "reconcile."+kind
 	m.event(ctx, ev, map[string]any{"object": object, "reason": reason})
 	m.log.InfoContext(ctx, "reconciler repair", "kind", kind, "object", object, "reason", reason)
-	if o, ok := m.cfg.Observer.(RepairObserver); ok {
-		o.ObserveRepair(kind)
-	}
+	m.countRepair(kind)
 	p.repairs = append(p.repairs, Repair{Kind: kind, Object: object, Reason: reason})
 }
 
@@ -445,9 +452,7 @@ func (p *pass) workspaces(ctx context.Context) {
 			if did {
 				// attachAs recorded the event; count and report it.
 				m.log.InfoContext(ctx, "reconciler repair", "kind", RepairWorkspaceRemounted, "object", w.ID)
-				if o, ok := m.cfg.Observer.(RepairObserver); ok {
-					o.ObserveRepair(RepairWorkspaceRemounted)
-				}
+				m.countRepair(RepairWorkspaceRemounted)
 				p.repairs = append(p.repairs, Repair{Kind: RepairWorkspaceRemounted, Object: w.ID, Reason: "files not mounted"})
 			}
 		}

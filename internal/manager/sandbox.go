@@ -600,8 +600,10 @@ func (m *Manager) recoverSandboxes(ctx context.Context) {
 			m.teardown(ctx, &sb, sandbox.StateLost)
 			m.st.DeleteSandbox(ctx, sb.ID)
 			m.event(ctx, store.Event{Actor: "daemon", Type: "sandbox.rolled_back", WorkspaceID: sb.WorkspaceID, SandboxID: sb.ID}, nil)
+			m.countRepair(RepairSandboxRolledBack)
 		case sandbox.StateRunning:
 			m.markLost(ctx, sb, "daemon restarted")
+			m.countRepair(RepairSandboxLost)
 		}
 	}
 }
