@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -129,7 +130,8 @@ func (m *crashModel) wrote(id, path, content string) {
 	m.acked.Add(1)
 }
 
-// crashDaemon is `agentbox serve` with the crash test's configuration.
+// startCrashDaemon starts `agentbox serve` with the crash test's
+// configuration and waits until it answers.
 func startCrashDaemon(t *testing.T, data, cfg string) *daemonProc {
 	t.Helper()
 	d := &daemonProc{data: data, logs: &bytes.Buffer{}}
@@ -503,7 +505,7 @@ func orphans(t *testing.T, cl *client.Client, data, owner string) []string {
 	wss, err1 := cl.ListWorkspaces(ctx, "", "")
 	sbs, err2 := cl.ListSandboxes(ctx, "")
 	repos, err3 := cl.ListRepos(ctx)
-	if err := cmpErr(err1, err2, err3); err != nil {
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return []string{err.Error()}
 	}
 	running := map[string]string{} // sandbox -> container
@@ -582,15 +584,6 @@ func orphans(t *testing.T, cl *client.Client, data, owner string) []string {
 		}
 	}
 	return problems
-}
-
-func cmpErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func containerRunning(ref string) bool {
