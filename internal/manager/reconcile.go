@@ -183,10 +183,10 @@ func (p *pass) repaired(ctx context.Context, kind, object, reason string, ev sto
 	p.repairs = append(p.repairs, Repair{Kind: kind, Object: object, Reason: reason})
 }
 
-// snapshot is what exists, read before the rows so that everything seen
-// here either has its row already or has none for good: every create
-// records its row before it makes anything.
-type snapshotOf struct {
+// seen is what exists, read before the rows so that everything in it
+// either has its row already or has none for good: every create records
+// its row before it makes anything.
+type seen struct {
 	envs     map[string][]sandbox.Info // by backend name
 	mounts   []string                  // under workspaces/
 	wsDirs   []string
@@ -210,9 +210,9 @@ func (m *Manager) reconcile(ctx context.Context, atStart bool) ([]Repair, error)
 }
 
 // look lists what exists.
-func (p *pass) look(ctx context.Context) snapshotOf {
+func (p *pass) look(ctx context.Context) seen {
 	m := p.m
-	s := snapshotOf{envs: map[string][]sandbox.Info{}}
+	s := seen{envs: map[string][]sandbox.Info{}}
 	for name, be := range m.cfg.Backends {
 		envs, err := be.List(ctx, map[string]string{sandbox.LabelManaged: "1", sandbox.LabelOwner: m.owner()})
 		if err != nil {
@@ -353,7 +353,7 @@ func (p *pass) removeEnvironments(ctx context.Context, sb store.Sandbox) {
 // environments removes the environments carrying this daemon's labels
 // that no sandbox row owns, or whose row says stopped or lost. A running
 // or creating row is the business of sandboxes.
-func (p *pass) environments(ctx context.Context, snap snapshotOf) {
+func (p *pass) environments(ctx context.Context, snap seen) {
 	m := p.m
 	for _, name := range sortedKeys(snap.envs) {
 		be := m.cfg.Backends[name]
@@ -486,7 +486,7 @@ func (p *pass) orphanWorkspace(ctx context.Context, id string) bool {
 
 // mounts detaches the mounts under the workspaces dir that belong to no
 // workspace, deepest first.
-func (p *pass) mounts(ctx context.Context, snap snapshotOf) {
+func (p *pass) mounts(ctx context.Context, snap seen) {
 	m := p.m
 	pts := slices.Clone(snap.mounts)
 	slices.SortFunc(pts, func(a, b string) int { return len(b) - len(a) })
@@ -504,7 +504,7 @@ func (p *pass) mounts(ctx context.Context, snap snapshotOf) {
 }
 
 // dirs removes the directories under the data dir that no row owns.
-func (p *pass) dirs(ctx context.Context, snap snapshotOf) {
+func (p *pass) dirs(ctx context.Context, snap seen) {
 	m := p.m
 	for _, dir := range snap.wsDirs {
 		id := m.wsOf(dir)
@@ -550,16 +550,18 @@ func (p *pass) dirs(ctx context.Context, snap snapshotOf) {
 		p.fail(fmt.Errorf("reconcile: listing pristine checkouts: %w", err))
 		return
 	}
+	// By name, not by path: rows recorded under another path of the same
+	// data dir (a symlink, a move) must not make every mirror an orphan.
 	known := map[string]bool{}
 	for _, r := range repos {
-		known[filepath.Clean(r.Path)] = true
+		known[filepath.Base(r.Path)] = true
 	}
 	for _, pc := range pcs {
-		known[filepath.Clean(pc.Path)] = true
+		known[filepath.Base(pc.Path)] = true
 	}
 	suspects := map[string]bool{}
 	for _, dir := range append(slices.Clone(snap.repoDirs), snap.pcDirs...) {
-		if known[dir] {
+		if known[filepath.Base(dir)] {
 			continue
 		}
 		if !p.atStart && !m.rec.suspects[dir] {
