@@ -47,7 +47,6 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 			sandbox.LabelSandbox:   req.ID,
 			sandbox.LabelWorkspace: req.WorkspaceID,
 			LabelBackend:           b.name,
-			sandbox.LabelOwner:     req.Owner,
 		},
 		StopSignal:  "SIGTERM",
 		StopTimeout: &stop,
@@ -92,6 +91,9 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 		for _, dev := range gvisorExtraDevices {
 			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: mask, Target: dev, ReadOnly: true, BindOptions: private})
 		}
+	}
+	if req.Owner != "" {
+		cfg.Labels[sandbox.LabelOwner] = req.Owner
 	}
 	return cfg, host
 }
