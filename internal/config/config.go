@@ -91,6 +91,10 @@ type Config struct {
 	WorkspaceRetention Duration `json:"workspace_retention"`
 	// GCInterval is how often the daemon collects when a budget is set.
 	GCInterval Duration `json:"gc_interval"`
+	// ReconcileInterval is how often the reconciler compares the database
+	// with what exists and repairs both ways (it always runs once before
+	// the daemon serves); 0 runs it only at start.
+	ReconcileInterval Duration `json:"reconcile_interval"`
 	// DefaultBackend is the execution backend of a sandbox that names none:
 	// "auto" (docker when an engine answers, else local), docker, gvisor
 	// or local.
@@ -139,6 +143,7 @@ func Default() Config {
 		ShutdownGrace:      Duration{30 * time.Second},
 		SandboxIdleTimeout: Duration{30 * time.Minute},
 		GCInterval:         Duration{5 * time.Minute},
+		ReconcileInterval:  Duration{time.Minute},
 		DefaultBackend:     "auto",
 		DefaultImage:       "agentbox/debian:bookworm",
 	}
@@ -223,6 +228,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DataBudget > 0 && c.GCInterval.Duration <= 0 {
 		probs = append(probs, "gc_interval must be positive when data_budget is set")
+	}
+	if c.ReconcileInterval.Duration < 0 {
+		probs = append(probs, "reconcile_interval must not be negative (0 reconciles only at start)")
 	}
 	if c.MaxDiffBytes <= 0 {
 		probs = append(probs, "max_diff_bytes must be positive")

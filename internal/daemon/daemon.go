@@ -73,7 +73,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		log.Warn("sandboxes unavailable", "err", err)
 		gb = ""
 	}
-	metrics := telemetry.New(telemetry.Options{Backends: backendNames(bes), Sandboxes: countSandboxes(st)})
+	metrics := telemetry.New(telemetry.Options{Backends: backendNames(bes), Sandboxes: countSandboxes(st), RepairKinds: manager.RepairKinds})
 	// The egress proxy reports its decisions to the manager, which exists
 	// only once New returns; no sandbox (so no decision) comes before.
 	var mgr atomic.Pointer[manager.Manager]
@@ -118,6 +118,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		go m.RunGC(ctx, cfg.GCInterval.Duration)
 	}
 	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()})
+	if every := cfg.ReconcileInterval.Duration; every > 0 {
+		go m.RunReconcile(ctx, every)
+	}
 	srv := &http.Server{
 		Handler:           apiServer,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -146,6 +146,8 @@ type Manager struct {
 	// operations never stack two overlays on one workspace and a removal
 	// never races a re-mount.
 	attachMu sync.Mutex
+	// rec is the reconciler's state (reconcile.go).
+	rec reconcileState
 
 	// gcMu makes collections one at a time; touched maps workspace IDs
 	// to the start of their last operation (see touch).
@@ -211,6 +213,9 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.recoverSandboxes(ctx)
+	if _, err := m.reconcile(ctx, true); err != nil {
+		m.log.ErrorContext(ctx, "reconciling at start", "err", err)
+	}
 	return m, nil
 }
 
@@ -437,6 +442,7 @@ func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store
 		Branch: branch, Task: req.Task, Driver: driverName, Dir: filepath.Join(m.wsDir, id), DiskQuota: quota,
 		State: store.WorkspaceCreating, CreatedAt: now, UpdatedAt: now}
 
+	defer m.hold(id)()
 	var undo cleanup
 	defer undo.run()
 	if err := m.step("row"); err != nil {
@@ -578,6 +584,7 @@ func (m *Manager) RemoveWorkspace(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	defer m.hold(id)()
 	l := m.lock(id)
 	l.Lock()
 	defer l.Unlock()
@@ -684,6 +691,7 @@ func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest)
 	w.ID, w.ParentID, w.Branch, w.Task, w.Dir = cid, parent.ID, branch, task, filepath.Join(m.wsDir, cid)
 	w.State, w.CreatedAt, w.UpdatedAt, w.DiskQuota = store.WorkspaceCreating, now, now, quota
 
+	defer m.hold(cid)()
 	var undo cleanup
 	defer undo.run()
 	if err := m.st.CreateWorkspace(ctx, w); err != nil {
@@ -756,6 +764,11 @@ func (m *Manager) ready(ctx context.Context, id string) (store.Workspace, worksp
 // would see an empty directory and writes would land under the mount
 // point, hidden by the next mount.
 func (m *Manager) attach(ctx context.Context, w store.Workspace, drv workspace.Driver, actor string) (bool, error) {
+	return m.attachAs(ctx, w, drv, actor, "workspace.remounted")
+}
+
+// attachAs is attach recording a re-mount as an event of type typ.
+func (m *Manager) attachAs(ctx context.Context, w store.Workspace, drv workspace.Driver, actor, typ string) (bool, error) {
 	if ok, err := drv.Attached(w.Dir); err == nil && ok {
 		return false, nil // the common case, without the lock
 	}
@@ -788,7 +801,7 @@ func (m *Manager) attach(ctx context.Context, w store.Workspace, drv workspace.D
 	if ok, err := drv.Attached(w.Dir); err != nil || !ok {
 		return false, nil
 	}
-	m.event(ctx, store.Event{Actor: actor, Type: "workspace.remounted", RepoID: w.RepoID, WorkspaceID: w.ID}, nil)
+	m.event(ctx, store.Event{Actor: actor, Type: typ, RepoID: w.RepoID, WorkspaceID: w.ID}, nil)
 	m.log.InfoContext(ctx, "workspace re-mounted", KeyWorkspace, w.ID)
 	return true, nil
 }
@@ -926,6 +939,13 @@ func (m *Manager) Files(ctx context.Context, id string, write bool) (fs *fileapi
 	f, err := fileapi.Open(drv.Files(w.Dir), fileapi.Options{UID: m.cfg.UID, GID: m.cfg.GID})
 	if err != nil {
 		l.RUnlock()
+		// A removal that won the lock since ready() is reported as such,
+		// not as a missing path.
+		if cur, gerr := m.st.GetWorkspace(ctx, id); gerr != nil {
+			return nil, nil, gerr
+		} else if cur.State != store.WorkspaceReady {
+			return nil, nil, fmt.Errorf("workspace %s is %s: %w", id, cur.State, errdefs.ErrConflict)
+		}
 		return nil, nil, fmt.Errorf("workspace %s: %w", id, err)
 	}
 	return f, func() {

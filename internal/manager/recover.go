@@ -43,6 +43,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 				ev.Type = "workspace.removed"
 			}
 			m.event(ctx, ev, map[string]any{"reason": "unfinished " + w.State + " at start"})
+			m.countRepair(RepairWorkspaceRolledBack)
 		case store.WorkspaceReady:
 			drv, err := driverOf(w)
 			if err != nil {
@@ -50,9 +51,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 				continue
 			}
 			// Mounts again (and records it) when a reboot unmounted it.
-			if _, err := m.attach(ctx, w, drv, "daemon"); err != nil {
+			if did, err := m.attach(ctx, w, drv, "daemon"); err != nil {
 				errs = append(errs, err)
 				continue
+			} else if did {
+				m.countRepair(RepairWorkspaceRemounted)
 			}
 			m.sweep(ctx, drv, w)
 		}

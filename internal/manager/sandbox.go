@@ -263,6 +263,9 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now}
 	dir := m.sandboxDir(sb.ID)
 	runDir := filepath.Join(dir, "run")
+	// Until the sandbox is live (or rolled back) the reconciler leaves
+	// its row, directory and environment alone.
+	defer m.hold(sb.ID)()
 
 	var undo cleanup
 	defer undo.run()
@@ -324,7 +327,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	info, err := be.Create(ctx, sandbox.CreateRequest{
 		ID: sb.ID, WorkspaceID: w.ID, Files: m.FilesPath(w), RunDir: runDir,
 		Guest: m.cfg.GuestBinary, GuestEnv: guestEnv,
-		UID: m.cfg.UID, GID: m.cfg.GID, Spec: spec,
+		UID: m.cfg.UID, GID: m.cfg.GID, Spec: spec, Owner: m.owner(),
 	})
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s on %s: %w", sb.ID, spec.Backend, err)
@@ -626,8 +629,10 @@ func (m *Manager) recoverSandboxes(ctx context.Context) {
 			m.teardown(ctx, &sb, sandbox.StateLost)
 			m.st.DeleteSandbox(ctx, sb.ID)
 			m.event(ctx, store.Event{Actor: "daemon", Type: "sandbox.rolled_back", WorkspaceID: sb.WorkspaceID, SandboxID: sb.ID}, nil)
+			m.countRepair(RepairSandboxRolledBack)
 		case sandbox.StateRunning:
 			m.markLost(ctx, sb, "daemon restarted")
+			m.countRepair(RepairSandboxLost)
 		}
 	}
 }

@@ -46,6 +46,10 @@ const (
 	LabelManaged   = "agentbox.managed"
 	LabelSandbox   = "agentbox.sandbox"
 	LabelWorkspace = "agentbox.workspace"
+	// LabelOwner names the daemon (its data dir) that made an environment,
+	// so that the reconciler of one daemon never touches another's on a
+	// shared engine.
+	LabelOwner = "agentbox.owner"
 )
 
 // Limits are the hard resource limits of one sandbox.
@@ -159,6 +163,8 @@ type CreateRequest struct {
 	UID, GID int
 	// Spec is the image and limits.
 	Spec Spec
+	// Owner, when set, is put on the environment as LabelOwner.
+	Owner string
 }
 
 // Info is what a backend knows about one environment.

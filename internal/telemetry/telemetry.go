@@ -39,6 +39,9 @@ type Options struct {
 	Backends []string
 	// ScrapeTimeout bounds one Sandboxes call (default 5s).
 	ScrapeTimeout time.Duration
+	// RepairKinds are the reconciler's repair kinds whose series exist
+	// from the start (manager.RepairKinds).
+	RepairKinds []string
 }
 
 // Metrics is the daemon's metrics. Its methods are safe for concurrent use.
@@ -50,6 +53,7 @@ type Metrics struct {
 	execs          *prometheus.CounterVec
 	egressDecision *prometheus.CounterVec
 	gcRemovals     *prometheus.CounterVec
+	repairs        *prometheus.CounterVec
 }
 
 // gcKinds are what the collector removes (manager.GCKinds), the values of
@@ -91,9 +95,16 @@ func New(opts Options) *Metrics {
 			Name: "agentbox_gc_removals_total",
 			Help: "Objects the disk collector removed, by kind.",
 		}, []string{"kind"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentbox_reconciler_repairs_total",
+			Help: "Repairs made by the reconciler, by kind.",
+		}, []string{"kind"}),
 	}
 	for _, k := range gcKinds {
 		m.gcRemovals.WithLabelValues(k)
+	}
+	for _, k := range opts.RepairKinds {
+		m.repairs.WithLabelValues(k)
 	}
 	for _, b := range opts.Backends {
 		m.createSeconds.WithLabelValues(b)
@@ -108,7 +119,7 @@ func New(opts Options) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.createSeconds, m.createErrors, m.execSeconds, m.execs, m.egressDecision, m.gcRemovals,
+		m.createSeconds, m.createErrors, m.execSeconds, m.execs, m.egressDecision, m.gcRemovals, m.repairs,
 	)
 	if opts.Sandboxes != nil {
 		timeout := opts.ScrapeTimeout
@@ -151,6 +162,11 @@ func (m *Metrics) ObserveEgress(allowed bool) {
 // *Metrics a manager.GCObserver).
 func (m *Metrics) ObserveGCRemoval(kind string) {
 	m.gcRemovals.WithLabelValues(kind).Inc()
+}
+
+// ObserveRepair counts one reconciler repair of the given kind.
+func (m *Metrics) ObserveRepair(kind string) {
+	m.repairs.WithLabelValues(kind).Inc()
 }
 
 // Handler serves the registry in the Prometheus exposition format. A

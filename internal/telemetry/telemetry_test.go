@@ -98,3 +98,21 @@ func TestTwoMetricsDoNotCollide(t *testing.T) {
 		t.Errorf("second Metrics sees %v decisions", n)
 	}
 }
+
+func TestReconcilerRepairs(t *testing.T) {
+	m := New(Options{RepairKinds: []string{"sandbox_lost", "dir_removed"}})
+	m.ObserveRepair("sandbox_lost")
+	m.ObserveRepair("sandbox_lost")
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	text := rec.Body.String()
+	for _, want := range []string{
+		`agentbox_reconciler_repairs_total{kind="sandbox_lost"} 2`,
+		// Declared kinds exist at zero from the start.
+		`agentbox_reconciler_repairs_total{kind="dir_removed"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("exposition lacks %q", want)
+		}
+	}
+}

@@ -92,6 +92,9 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: mask, Target: dev, ReadOnly: true, BindOptions: private})
 		}
 	}
+	if req.Owner != "" {
+		cfg.Labels[sandbox.LabelOwner] = req.Owner
+	}
 	return cfg, host
 }
 

@@ -353,7 +353,7 @@ func (b *Backend) owns(labels map[string]string) bool {
 // ownLabels keeps the agentbox labels of a container.
 func ownLabels(labels map[string]string) map[string]string {
 	out := make(map[string]string)
-	for _, k := range []string{sandbox.LabelManaged, sandbox.LabelSandbox, sandbox.LabelWorkspace, LabelBackend} {
+	for _, k := range []string{sandbox.LabelManaged, sandbox.LabelSandbox, sandbox.LabelWorkspace, LabelBackend, sandbox.LabelOwner} {
 		if v, ok := labels[k]; ok {
 			out[k] = v
 		}

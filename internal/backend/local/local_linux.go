@@ -455,12 +455,16 @@ func (b *Backend) check(req sandbox.CreateRequest, spec sandbox.Spec) (rootfs st
 }
 
 func labels(req sandbox.CreateRequest) map[string]string {
-	return map[string]string{
+	l := map[string]string{
 		sandbox.LabelManaged:   "1",
 		sandbox.LabelSandbox:   req.ID,
 		sandbox.LabelWorkspace: req.WorkspaceID,
 		LabelBackend:           Name,
 	}
+	if req.Owner != "" {
+		l[sandbox.LabelOwner] = req.Owner
+	}
+	return l
 }
 
 func (b *Backend) isClosed() bool {
