@@ -60,3 +60,40 @@ func (c *cli) benchLoadCmd() *cobra.Command {
 	fl.StringVar(&image, "image", bench.DefaultImage, "image of the docker sandboxes (must be in the engine)")
 	return cmd
 }
+
+func (c *cli) benchDensityCmd() *cobra.Command {
+	var opts bench.DensityOptions
+	var image string
+	cmd := &cobra.Command{
+		Use:   "density",
+		Short: "How many idle docker sandboxes one daemon holds with each answering an exec within 100 ms, and the daemon's RSS then",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if opts.DaemonOptions, err = daemonOptions(image); err != nil {
+				return err
+			}
+			var progress io.Writer = c.stderr
+			if c.json {
+				progress = nil
+			}
+			res, err := bench.Density(cmd.Context(), opts, progress)
+			if err != nil {
+				return err
+			}
+			if err := c.emit(map[string]any{"id": "bench-density", "result": res}, res.Print); err != nil {
+				return err
+			}
+			if !res.OK() {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&opts.Target, "target", bench.DefaultDensityTarget, "sandboxes to reach")
+	fl.IntVar(&opts.Step, "step", bench.DefaultDensityStep, "sandboxes added between sweeps")
+	fl.IntVar(&opts.Parallel, "parallel", bench.DefaultDensityParallel, "sandboxes created at once")
+	fl.StringVar(&image, "image", bench.DefaultImage, "image of the docker sandboxes (must be in the engine)")
+	return cmd
+}

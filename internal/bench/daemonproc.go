@@ -432,6 +432,7 @@ func (d *daemonProc) close() error {
 	if ctrs, err := d.containers(ctx); err != nil {
 		errs = append(errs, err)
 	} else if len(ctrs) > 0 {
+		errs = append(errs, fmt.Errorf("bench: containers left after every workspace was removed: %s", strings.Join(ctrs, ", ")))
 		args := []string{"rm", "-f"}
 		for _, c := range ctrs {
 			id, _, _ := strings.Cut(c, " ")

@@ -110,10 +110,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if every := evictionInterval(cfg.SandboxIdleTimeout.Duration, cfg.SandboxMaxAge.Duration); every > 0 {
 		go m.RunEviction(ctx, every)
 	}
+	// Requests do not end with ctx (SIGTERM) but with reqCtx, at the end
+	// of the grace period; see shutdown.
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	reqs := newInflight()
 	srv := &http.Server{
-		Handler:           api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()}),
+		Handler:           reqs.wrap(api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()})),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -127,12 +133,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	case <-ctx.Done():
 	}
 	log.Info("agentbox stopping", "grace", cfg.ShutdownGrace.Duration)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace.Duration)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("requests still running at the end of the grace period", "err", err)
-		srv.Close()
-	}
+	shutdown(srv, reqs, cancelRequests, m, cfg.ShutdownGrace.Duration, log)
+	log.Info("agentbox stopped")
 	if strings.HasPrefix(addr, "unix://") {
 		os.Remove(strings.TrimPrefix(addr, "unix://"))
 	}
