@@ -188,6 +188,16 @@ func TestGracefulShutdownLetsExecsFinish(t *testing.T) {
 		done <- result{res, err, time.Now()}
 	}()
 	waitStarted(t, out, "sh -c 'sleep 3; exit 7'")
+	// A shell session (its connection taken over by the WebSocket, which
+	// http.Server.Shutdown does not wait for) finishes as well.
+	sh, err := cl.Shell(t.Context(), ws.ID, client.Shell{Argv: []string{"sh", "-c", "echo shell-started; sleep 4; exit 5"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	shOut := newStartedWriter()
+	go io.Copy(shOut, sh)
+	waitStarted(t, shOut, "the shell session")
 	d.cmd.Process.Signal(syscall.SIGTERM)
 
 	// New requests are refused while the command still runs: a fresh
@@ -217,10 +227,18 @@ func TestGracefulShutdownLetsExecsFinish(t *testing.T) {
 	if !refusedAt.Before(r.at) {
 		t.Errorf("new requests were refused only at %v, after the running command ended at %v", refusedAt, r.at)
 	}
+	wctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if ex, err := sh.Wait(wctx); err != nil || ex.ExitCode != 5 || ex.Canceled || ex.Lost {
+		t.Errorf("shell session running at SIGTERM ended as %+v, %v; want exit 5", ex, err)
+	}
 	waitExit(t, d, time.Minute)
 	execs := checkStoppedState(t, d.data)
 	found := false
 	for _, e := range execs {
+		if strings.Contains(e.Argv, "exit 5") && (e.State != store.ExecExited || e.ExitCode != 5) {
+			t.Errorf("shell session %s recorded %s exit %d, want exited 5", e.ID, e.State, e.ExitCode)
+		}
 		if strings.Contains(e.Argv, "exit 7") {
 			found = true
 			if e.State != store.ExecExited || e.ExitCode != 7 {
