@@ -21,6 +21,26 @@ func (l *keyLock) Lock() { l.mu.Lock() }
 // RLock locks for reading.
 func (l *keyLock) RLock() { l.mu.RLock() }
 
+// TryLock locks for writing if nobody holds the lock; when it cannot, it
+// gives back the reference, and the caller must not unlock.
+func (l *keyLock) TryLock() bool {
+	if l.mu.TryLock() {
+		return true
+	}
+	l.put()
+	return false
+}
+
+// TryRLock locks for reading if no writer holds the lock; when it cannot,
+// it gives back the reference, and the caller must not unlock.
+func (l *keyLock) TryRLock() bool {
+	if l.mu.TryRLock() {
+		return true
+	}
+	l.put()
+	return false
+}
+
 // Unlock unlocks for writing and gives back the reference.
 func (l *keyLock) Unlock() {
 	l.mu.Unlock()
@@ -42,7 +62,8 @@ func (l *keyLock) put() {
 }
 
 // lock returns id's lock with a reference taken: the caller must lock it
-// and unlock it exactly once.
+// and unlock it exactly once (or try to lock it once, and unlock it only
+// if that succeeded).
 func (m *Manager) lock(id string) *keyLock {
 	m.locksMu.Lock()
 	defer m.locksMu.Unlock()

@@ -3,6 +3,7 @@ package manager
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -12,12 +13,21 @@ import (
 func TestLockTableEmptiesAndExcludes(t *testing.T) {
 	m := &Manager{locks: map[string]*keyLock{}}
 	var wg sync.WaitGroup
+	var tried atomic.Int64
 	counters := make([]int, 4)
 	for g := range 16 {
 		wg.Go(func() {
 			for i := range 500 {
 				k := (g + i) % len(counters)
 				id := fmt.Sprint("ws_", k)
+				if i%7 == 0 {
+					if l := m.lock(id); l.TryLock() {
+						counters[k]++
+						l.Unlock()
+						tried.Add(1)
+					}
+					continue
+				}
 				if i%3 == 0 {
 					l := m.lock(id)
 					l.RLock()
@@ -37,9 +47,9 @@ func TestLockTableEmptiesAndExcludes(t *testing.T) {
 	for _, c := range counters {
 		sum += c
 	}
-	want := 0
+	want := int(tried.Load())
 	for i := range 500 {
-		if i%3 != 0 {
+		if i%7 != 0 && i%3 != 0 {
 			want += 16
 		}
 	}
