@@ -16,7 +16,7 @@ import (
 
 func (c *cli) benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Measure agentbox against its baselines on this machine, side by side"}
-	cmd.AddCommand(c.benchWorkspaceCmd())
+	cmd.AddCommand(c.benchWorkspaceCmd(), c.benchLoadCmd(), c.benchDensityCmd())
 	for _, b := range []struct {
 		use, short string
 		runs       int

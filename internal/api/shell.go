@@ -104,9 +104,11 @@ func (s *Server) shell(w http.ResponseWriter, r *http.Request) {
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(shellReadLimit)
-	// The request's context is not to be used once the connection is
-	// hijacked: the session lives as long as the WebSocket.
-	ctx, cancel := context.WithCancel(context.Background())
+	// The session lives as long as the WebSocket. The request's context
+	// is not cancelled by the hijacked connection's end, only by the
+	// server's (a stopping daemon ends sessions at the end of its grace
+	// period through it).
+	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	if err := writeControl(ctx, c, ShellControl{Type: "started", ExecID: sess.ExecID, SandboxID: sess.SandboxID, Replaced: sess.Replaced}); err != nil {
 		return

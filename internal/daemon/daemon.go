@@ -117,14 +117,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if cfg.DataBudget > 0 {
 		go m.RunGC(ctx, cfg.GCInterval.Duration)
 	}
-	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()})
 	if every := cfg.ReconcileInterval.Duration; every > 0 {
 		go m.RunReconcile(ctx, every)
 	}
+	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()})
+	// Requests do not end with ctx (SIGTERM) but with reqCtx, at the end
+	// of the grace period; see shutdown.
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	reqs := newInflight()
 	srv := &http.Server{
-		Handler:           apiServer,
+		Handler:           reqs.wrap(apiServer),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 	}
 	srv.RegisterOnShutdown(apiServer.Shutdown)
 	errc := make(chan error, 1)
@@ -139,12 +145,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	case <-ctx.Done():
 	}
 	log.Info("agentbox stopping", "grace", cfg.ShutdownGrace.Duration)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace.Duration)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("requests still running at the end of the grace period", "err", err)
-		srv.Close()
-	}
+	shutdown(srv, reqs, cancelRequests, m, cfg.ShutdownGrace.Duration, log)
+	log.Info("agentbox stopped")
 	if strings.HasPrefix(addr, "unix://") {
 		os.Remove(strings.TrimPrefix(addr, "unix://"))
 	}

@@ -138,7 +138,7 @@ type Manager struct {
 	driver  string // resolved default driver
 	wsDir   string
 	locksMu sync.Mutex
-	locks   map[string]*sync.RWMutex
+	locks   map[string]*keyLock
 	// live holds the guest connections of running sandboxes, by ID.
 	liveMu sync.Mutex
 	live   map[string]*live
@@ -172,7 +172,7 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	}
 	bus := newEventBus()
 	st = notifyingStore{Store: st, bus: bus}
-	m := &Manager{cfg: cfg, st: st, events: bus, log: cfg.Logger, wsDir: filepath.Join(cfg.DataDir, "workspaces"), locks: map[string]*sync.RWMutex{}, live: map[string]*live{}}
+	m := &Manager{cfg: cfg, st: st, events: bus, log: cfg.Logger, wsDir: filepath.Join(cfg.DataDir, "workspaces"), locks: map[string]*keyLock{}, live: map[string]*live{}}
 	if err := os.MkdirAll(m.wsDir, 0o711); err != nil {
 		return nil, err
 	}
@@ -227,17 +227,6 @@ func (m *Manager) step(name string) error {
 		return m.failAt(name)
 	}
 	return nil
-}
-
-func (m *Manager) lock(id string) *sync.RWMutex {
-	m.locksMu.Lock()
-	defer m.locksMu.Unlock()
-	l, ok := m.locks[id]
-	if !ok {
-		l = &sync.RWMutex{}
-		m.locks[id] = l
-	}
-	return l
 }
 
 func (m *Manager) event(ctx context.Context, e store.Event, detail map[string]any) {

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/internal/bench"
+	"github.com/agentbox/agentbox/internal/config"
+)
+
+// daemonOptions are the measured daemon's: this very binary run as
+// `agentbox serve` on a scratch dir, with the configured guest and engine.
+func daemonOptions(image string) (bench.DaemonOptions, error) {
+	cfg, err := config.Load("")
+	if err != nil {
+		return bench.DaemonOptions{}, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return bench.DaemonOptions{}, fmt.Errorf("finding the agentbox binary to run as the daemon: %w", err)
+	}
+	return bench.DaemonOptions{Binary: exe, GuestBinary: benchGuest(cfg), Image: image, DockerHost: cfg.DockerHost}, nil
+}
+
+func (c *cli) benchLoadCmd() *cobra.Command {
+	var opts bench.LoadOptions
+	var image string
+	cmd := &cobra.Command{
+		Use:   "load",
+		Short: "N clients doing mixed operations against a real daemon for a bounded time: errors, p50/p99 per operation, memory growth, leaks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if opts.DaemonOptions, err = daemonOptions(image); err != nil {
+				return err
+			}
+			var progress io.Writer = c.stderr
+			if c.json {
+				progress = nil
+			}
+			res, err := bench.Load(cmd.Context(), opts, progress)
+			if err != nil {
+				return err
+			}
+			if err := c.emit(map[string]any{"id": "bench-load", "result": res}, res.Print); err != nil {
+				return err
+			}
+			if !res.OK() {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&opts.Clients, "clients", bench.DefaultLoadClients, "concurrent clients")
+	fl.DurationVar(&opts.Duration, "duration", bench.DefaultLoadDuration, "how long clients start new cycles")
+	fl.StringVar(&image, "image", bench.DefaultImage, "image of the docker sandboxes (must be in the engine)")
+	return cmd
+}
+
+func (c *cli) benchDensityCmd() *cobra.Command {
+	var opts bench.DensityOptions
+	var image string
+	cmd := &cobra.Command{
+		Use:   "density",
+		Short: "How many idle docker sandboxes one daemon holds with each answering an exec within 100 ms, and the daemon's RSS then",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if opts.DaemonOptions, err = daemonOptions(image); err != nil {
+				return err
+			}
+			var progress io.Writer = c.stderr
+			if c.json {
+				progress = nil
+			}
+			res, err := bench.Density(cmd.Context(), opts, progress)
+			if err != nil {
+				return err
+			}
+			if err := c.emit(map[string]any{"id": "bench-density", "result": res}, res.Print); err != nil {
+				return err
+			}
+			if !res.OK() {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&opts.Target, "target", bench.DefaultDensityTarget, "sandboxes to reach")
+	fl.IntVar(&opts.Step, "step", bench.DefaultDensityStep, "sandboxes added between sweeps")
+	fl.IntVar(&opts.Parallel, "parallel", bench.DefaultDensityParallel, "sandboxes created at once")
+	fl.StringVar(&image, "image", bench.DefaultImage, "image of the docker sandboxes (must be in the engine)")
+	return cmd
+}
