@@ -91,8 +91,11 @@ type Config struct {
 	// started, whatever it does.
 	MaxAge time.Duration
 	// Observer is told how long sandbox creations and execs take and how
-	// execs end (the daemon's metrics); nil: nothing is observed.
+	// execs end (the daemon's metrics); nil: nothing is observed. If it is
+	// a PoolObserver too, it is told the warm pools' sizes and claims.
 	Observer Observer
+	// WarmPool lists the warm pools to keep filled (see pool.go).
+	WarmPool []PoolSpec
 }
 
 // Observer receives the manager's measurements. The manager holds only
@@ -134,6 +137,8 @@ type Manager struct {
 	// operations never stack two overlays on one workspace and a removal
 	// never races a re-mount.
 	attachMu sync.Mutex
+	// pool holds the warm pools' ready environments.
+	pool *warmPool
 
 	// failAt, when set by tests, is called at each named step of a
 	// multi-step operation and may return an error to inject a failure.
@@ -183,6 +188,10 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.recoverSandboxes(ctx)
+	if err := m.startPool(ctx); err != nil {
+		m.StopPool(ctx)
+		return nil, err
+	}
 	return m, nil
 }
 
