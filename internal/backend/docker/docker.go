@@ -121,6 +121,9 @@ type Backend struct {
 	// a sweep of workspace binds never takes one that has no container yet.
 	mu       sync.Mutex
 	creating map[string]bool
+	// attached holds the ids of pooled sandboxes whose workspace is
+	// attached (see pool.go), so that none is ever attached twice.
+	attached sync.Map
 }
 
 var (
@@ -447,6 +450,7 @@ func (b *Backend) Remove(ctx context.Context, ref string) error {
 	if err := b.releaseBind(info.ID); err != nil {
 		return fmt.Errorf("removing sandbox %s: %w", info.ID, err)
 	}
+	b.attached.Delete(info.ID)
 	return nil
 }
 

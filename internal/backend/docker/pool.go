@@ -62,7 +62,11 @@ func (b *Backend) Attach(ctx context.Context, info sandbox.Info, files string) e
 	if !validID.MatchString(info.ID) {
 		return errdefs.Invalid("attaching workspace %s: sandbox id %q", files, info.ID)
 	}
+	if _, dup := b.attached.LoadOrStore(info.ID, true); dup {
+		return fmt.Errorf("attaching workspace %s to sandbox %s: it has a workspace attached already: %w", files, info.ID, errdefs.ErrConflict)
+	}
 	if err := b.attach(info.ID, files); err != nil {
+		// Perhaps half-attached: the sandbox is only fit for removal.
 		return fmt.Errorf("attaching workspace %s to sandbox %s: %w", files, info.ID, err)
 	}
 	return nil

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/mountinfo"
 )
 
 // poolPoint makes the pool point of sandbox id (see pool.go): an empty
@@ -59,21 +58,8 @@ func (b *Backend) poolPoint(id string) (string, func() error, error) {
 // from where the mount propagates into the container.
 func (b *Backend) attach(id, files string) error {
 	p := filepath.Join(b.bindPath(id), poolPointName)
-	points, err := mountinfo.Points()
-	if err != nil {
-		return fmt.Errorf("reading the mount table: %w", err)
-	}
-	n := 0
-	for _, mp := range points {
-		if mp == p {
-			n++
-		}
-	}
-	switch {
-	case n == 0:
-		return fmt.Errorf("pool point %s is not mounted (not a pooled sandbox, or removed): %w", p, errdefs.ErrNotFound)
-	case n > 1:
-		return fmt.Errorf("pool point %s has a workspace attached already: %w", p, errdefs.ErrConflict)
+	if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+		return fmt.Errorf("pool point %s is missing (not a pooled sandbox, or removed): %w", p, errdefs.ErrNotFound)
 	}
 	src, err := filepath.EvalSymlinks(files)
 	if err != nil {
@@ -86,9 +72,18 @@ func (b *Backend) attach(id, files string) error {
 	if err := unix.Statfs(src, &st); err != nil {
 		return fmt.Errorf("statfs: %w", err)
 	}
-	// The nosuid,nodev bind is made privately first: a remount's flags do
-	// not propagate, so the mount must have them before it is bound onto
-	// the pool point, whose copies inside the container keep them.
+	if st.Flags&unix.ST_NOSUID != 0 && st.Flags&unix.ST_NODEV != 0 {
+		// A bind keeps the flags of the mount it is taken from (the
+		// overlay driver's workspaces): one step.
+		if err := unix.Mount(src, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("binding %s onto the pool point %s: %w", src, p, err)
+		}
+		return nil
+	}
+	// Otherwise the nosuid,nodev bind is made privately first: a remount's
+	// flags do not propagate, so the mount must have them before it is
+	// bound onto the pool point, whose copies inside the container keep
+	// them.
 	tmp, err := os.MkdirTemp(b.bindPath(id), "attach-")
 	if err != nil {
 		return fmt.Errorf("workspace bind: %w", err)

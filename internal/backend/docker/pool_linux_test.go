@@ -46,10 +46,18 @@ func TestPoolPointPropagation(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(ws, "attached.txt"), []byte("yes\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.attach(id, ws); err != nil {
+			info := sandbox.Info{ID: id, Ref: name}
+			err = b.Attach(t.Context(), info, ws)
+			if f.runtime == RuntimeRunsc {
+				if !errors.Is(err, sandbox.ErrNoAttach) {
+					t.Errorf("gvisor Attach = %v, want ErrNoAttach", err)
+				}
+				err = b.attach(id, ws) // the mechanism itself, to show it fails
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
-			if err := b.attach(id, ws); err == nil {
+			if err := b.Attach(t.Context(), info, ws); err == nil {
 				t.Error("a second attach succeeded")
 			}
 			out, err = exec.Command("docker", "exec", name, "sh", "-c", "ls -A /workspace; grep ' /workspace ' /proc/self/mountinfo | tail -n 1").CombinedOutput()
