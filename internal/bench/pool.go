@@ -15,6 +15,7 @@ import (
 const (
 	CasePoolClaim = "agentbox create from the warm pool + exec true (manager)"
 	CasePoolCold  = "agentbox cold create + exec true (manager)"
+	CasePoolExec  = "agentbox exec true in a running sandbox (manager)"
 )
 
 // Warm pool defaults and target.
@@ -96,6 +97,18 @@ func (e *env) poolBench(ctx context.Context) (SandboxResult, error) {
 			return undo, e.execTrue(ctx, sb.ID)
 		}},
 	}
+	// The floor: the first exec alone, in a sandbox that runs already.
+	wr, err := e.workspace(ctx)
+	if err != nil {
+		return res, err
+	}
+	running, err := e.m.CreateSandbox(ctx, wr.ID, coldSpec)
+	if err != nil {
+		return res, err
+	}
+	cases = append(cases, tcase{backend: b, name: CasePoolExec, baseline: true, run: func(ctx context.Context) (func() error, error) {
+		return nil, e.execTrue(ctx, running.ID)
+	}})
 	var refillErr error
 	settle := func() {
 		quiesce()
@@ -115,12 +128,15 @@ func (e *env) poolBench(ctx context.Context) (SandboxResult, error) {
 	res.Rows = rows
 	warm, _ := row(rows, b, CasePoolClaim)
 	cold, _ := row(rows, b, CasePoolCold)
+	floor, _ := row(rows, b, CasePoolExec)
 	res.Checks = append(res.Checks,
 		boundCheck(b+": claim → first exec median", warm, TargetPoolClaim),
-		ratioCheck(b+": warm / cold", warm, cold, 0, 0))
+		ratioCheck(b+": warm / cold", warm, cold, 0, 0),
+		ratioCheck(b+": warm / exec in a running sandbox", warm, floor, 0, 0))
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("warm: CreateSandbox on an existing workspace with a pool of %d ready environment(s) of its class (the workspace attached by mount propagation), then Exec `true` until its result", poolSize),
 		"cold: the same with a spec of another class (pids limit one lower), which no pool holds: a cold start",
+		"exec: Exec `true` in a sandbox started before the runs (the floor under both)",
 		"the sandbox is removed and the pool refilled after the clock stops")
 	return res, nil
 }
