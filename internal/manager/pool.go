@@ -575,14 +575,6 @@ func (m *Manager) claimPooled(ctx context.Context, w store.Workspace, spec sandb
 	if err := e.class.at.Attach(ctx, e.info, m.FilesPath(w)); err != nil {
 		return store.Sandbox{}, err
 	}
-	dir := m.sandboxDir(e.id)
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return store.Sandbox{}, err
-	}
-	if err := os.Rename(e.dir, dir); err != nil {
-		return store.Sandbox{}, fmt.Errorf("pooled sandbox %s: moving its run directory: %w", e.id, err)
-	}
-	e.dir = dir
 	specJSON, _ := json.Marshal(spec)
 	now := time.Now().UTC()
 	sb := store.Sandbox{ID: e.id, WorkspaceID: w.ID, Backend: spec.Backend, BackendRef: e.info.Ref, Image: spec.Image, Spec: string(specJSON),
@@ -591,9 +583,22 @@ func (m *Manager) claimPooled(ctx context.Context, w store.Workspace, spec sandb
 	if err := m.step("pool-record"); err != nil {
 		return store.Sandbox{}, err
 	}
+	// The record first: a crash from here on leaves a running sandbox that
+	// the next start marks lost and removes, with its directory wherever
+	// it is (the pool's is removed whole at every start).
 	if err := m.st.CreateSandbox(ctx, sb); err != nil {
 		return store.Sandbox{}, err
 	}
+	dir := m.sandboxDir(e.id)
+	err := os.MkdirAll(filepath.Dir(dir), 0o700)
+	if err == nil {
+		err = os.Rename(e.dir, dir)
+	}
+	if err != nil {
+		m.st.DeleteSandbox(context.WithoutCancel(ctx), sb.ID)
+		return store.Sandbox{}, fmt.Errorf("pooled sandbox %s: moving its run directory: %w", e.id, err)
+	}
+	e.dir = dir
 	m.liveMu.Lock()
 	m.live[sb.ID] = &live{ln: e.ln, conn: e.conn, spec: spec, workspaceID: w.ID}
 	m.liveMu.Unlock()

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"slices"
@@ -226,8 +227,28 @@ func TestWarmPoolClaim(t *testing.T) {
 }
 
 func TestWarmPoolFallsBackToCold(t *testing.T) {
-	h, _, _ := poolHarness(t, 1)
+	h, be, _ := poolHarness(t, 1)
 	ctx := t.Context()
+	failed := waitReady(t, h, 1)[0]
+
+	// A claim that fails half-way starts cold, and the environment it
+	// took, which may have seen the workspace, is destroyed, not reused.
+	h.m.failAt = func(step string) error {
+		if step == "pool-record" {
+			return errors.New("injected")
+		}
+		return nil
+	}
+	w0 := h.create(CreateRequest{Repo: h.repo.ID})
+	res, out, _ := h.exec(w0.ID, "cat", "/workspace/README.md")
+	h.m.failAt = nil
+	if res.ExitCode != 0 || out != "hello\nworld\n" || res.SandboxID == failed {
+		t.Fatalf("exec after a failed claim = %+v %q", res, out)
+	}
+	waitEvent(t, h, failed, "pool.discarded")
+	if left, _ := be.List(ctx, map[string]string{sandbox.LabelSandbox: failed}); len(left) != 0 {
+		t.Errorf("environment of the failed claim %s not removed: %+v", failed, left)
+	}
 	pooled := waitReady(t, h, 1)
 
 	// Another class (other limits, or egress wired in at the start) never
@@ -249,15 +270,15 @@ func TestWarmPoolFallsBackToCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	w2 := h.create(CreateRequest{Repo: h.repo.ID})
-	res, out, _ := h.exec(w2.ID, "sh", "-c", "ls /workspace/README.md")
+	res, out, _ = h.exec(w2.ID, "sh", "-c", "ls /workspace/README.md")
 	if res.ExitCode != 0 || out != "/workspace/README.md\n" || res.SandboxID == pooled[0] {
 		t.Fatalf("exec on an empty pool = %+v %q", res, out)
 	}
 	if got := warmDetail(t, h, w2.ID, res.SandboxID); got != "miss" {
 		t.Errorf("sandbox.created warm_pool = %q, want miss", got)
 	}
-	if st := h.m.PoolStatus()[0]; st.Misses != 1 || st.Hits != 0 || st.Ready != 0 {
-		t.Errorf("pool status = %+v, want one miss", st)
+	if st := h.m.PoolStatus()[0]; st.Misses != 2 || st.Hits != 0 || st.Ready != 0 {
+		t.Errorf("pool status = %+v, want two misses (the failed claim, the empty pool)", st)
 	}
 }
 
@@ -279,25 +300,31 @@ func TestWarmPoolSkipsDeadEnvironment(t *testing.T) {
 		t.Fatalf("exec after the pooled environment died = %+v %q", res, out)
 	}
 	// It is discarded, said so, and replaced.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		evs, err := h.m.Events(ctx, store.EventFilter{SandboxID: dead, Type: "pool.discarded"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no pool.discarded event for %s", dead)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitEvent(t, h, dead, "pool.discarded")
 	if ids := waitReady(t, h, 1); ids[0] == dead {
 		t.Errorf("pool still holds the dead %s", dead)
 	}
 	if left, _ := be.List(ctx, map[string]string{sandbox.LabelSandbox: dead}); len(left) != 0 {
 		t.Errorf("dead pooled environment %s not removed: %+v", dead, left)
+	}
+}
+
+// waitEvent waits for one event of type typ about sandbox id.
+func waitEvent(t *testing.T, h *harness, id, typ string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		evs, err := h.m.Events(t.Context(), store.EventFilter{SandboxID: id, Type: typ})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d %s events for %s, want 1", len(evs), typ, id)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -72,23 +72,22 @@ func (b *Backend) attach(id, files string) error {
 	if err := unix.Statfs(src, &st); err != nil {
 		return fmt.Errorf("statfs: %w", err)
 	}
-	if st.Flags&unix.ST_NOSUID != 0 && st.Flags&unix.ST_NODEV != 0 {
-		// A bind keeps the flags of the mount it is taken from (the
-		// overlay driver's workspaces): one step.
-		if err := unix.Mount(src, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("binding %s onto the pool point %s: %w", src, p, err)
-		}
-		return nil
-	}
-	// Otherwise the nosuid,nodev bind is made privately first: a remount's
-	// flags do not propagate, so the mount must have them before it is
-	// bound onto the pool point, whose copies inside the container keep
-	// them.
+	// The bind is made privately first, then bound onto the pool point:
+	// a remount's flags do not propagate, so the mount must be nosuid,nodev
+	// before its copy reaches the container; and private, so that, like
+	// Docker's rprivate bind of a cold sandbox, it shares no later mount or
+	// unmount with the workspace's own mount (a peer on a host whose root
+	// is shared).
 	tmp, err := os.MkdirTemp(b.bindPath(id), "attach-")
 	if err != nil {
 		return fmt.Errorf("workspace bind: %w", err)
 	}
-	defer unmountAndRemove(tmp)
+	done := false
+	defer func() {
+		if !done {
+			unmountAndRemove(tmp)
+		}
+	}()
 	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV)
 	for _, f := range flagsKept {
 		if uintptr(st.Flags)&f.st != 0 {
@@ -102,7 +101,7 @@ func (b *Backend) attach(id, files string) error {
 	}{
 		{"binding", src, tmp, unix.MS_BIND | unix.MS_REC},
 		{"making the bind nosuid,nodev", "", tmp, flags},
-		{"making the bind private", "", tmp, unix.MS_PRIVATE},
+		{"making the bind private", "", tmp, unix.MS_PRIVATE | unix.MS_REC},
 		{"binding onto the pool point", tmp, p, unix.MS_BIND | unix.MS_REC},
 	}
 	for _, s := range steps {
@@ -110,5 +109,11 @@ func (b *Backend) attach(id, files string) error {
 			return fmt.Errorf("%s %s to %s: %w", s.what, src, s.dst, err)
 		}
 	}
-	return nil
+	// The copy on the pool point stays; the private bind goes, subtree
+	// and all, without a read of the mount table.
+	if err := unix.Unmount(tmp, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+		return fmt.Errorf("unmounting the private bind %s: %w", tmp, err)
+	}
+	done = true
+	return os.Remove(tmp)
 }
