@@ -256,6 +256,7 @@ func (m *Manager) StopPool(ctx context.Context) error {
 	for _, e := range envs {
 		errs = append(errs, p.destroy(ctx, e))
 	}
+	os.Remove(p.dir) // when empty: a claim under way may still move out of it
 	return errors.Join(errs...)
 }
 
@@ -469,10 +470,11 @@ func (p *warmPool) start(c *poolClass) (_ *pooledEnv, err error) {
 
 // destroy removes an environment that is no sandbox's (any more).
 func (p *warmPool) destroy(ctx context.Context, e *pooledEnv) error {
+	// The listener first: a guest whose connection drops dials again.
+	e.ln.Close()
 	if e.conn != nil {
 		e.conn.Close()
 	}
-	e.ln.Close()
 	err := e.class.be.Remove(context.WithoutCancel(ctx), e.info.Ref)
 	os.RemoveAll(e.dir)
 	return err
