@@ -465,6 +465,14 @@ func (p *warmPool) start(c *poolClass) (_ *pooledEnv, err error) {
 	if e.conn, err = e.ln.Accept(actx); err != nil {
 		return nil, fmt.Errorf("pooled sandbox %s on %s: the guest did not connect within %s: %w", e.id, c.spec.Backend, timeout, errdefs.ErrUnavailable)
 	}
+	// What the first command would look up (the docker backend asks the
+	// engine where the environment's memory cgroup is, once) is looked up
+	// now, off the claim's path.
+	if oc, ok := c.be.(sandbox.OOMCounter); ok {
+		if _, err := oc.OOMKills(actx, e.info.Ref); err != nil {
+			m.log.Debug("reading a pooled environment's OOM kill count", KeySandbox, e.id, "err", err)
+		}
+	}
 	return e, nil
 }
 
