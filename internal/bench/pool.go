@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -16,6 +17,7 @@ const (
 	CasePoolClaim = "agentbox create from the warm pool + exec true (manager)"
 	CasePoolCold  = "agentbox cold create + exec true (manager)"
 	CasePoolExec  = "agentbox exec true in a running sandbox (manager)"
+	CasePoolAPI   = "agentbox create from the warm pool + exec true (API)"
 )
 
 // Warm pool defaults and target.
@@ -88,6 +90,22 @@ func (e *env) poolBench(ctx context.Context) (SandboxResult, error) {
 			}
 			return undo, nil
 		}},
+		{backend: b, name: CasePoolAPI, run: func(ctx context.Context) (func() error, error) {
+			before := hits()
+			sb, err := e.c.CreateSandbox(ctx, client.CreateSandbox{Workspace: w.ID, Backend: b})
+			if err != nil {
+				return nil, err
+			}
+			undo := func() error { return e.c.RemoveSandbox(context.WithoutCancel(ctx), sb.ID) }
+			r, err := e.c.Exec(ctx, sb.ID, client.Exec{Argv: []string{"true"}}, nil, nil)
+			if err == nil && (r.ExitCode != 0 || r.Replaced) {
+				err = fmt.Errorf("exec through the API: exit %d, replaced %v", r.ExitCode, r.Replaced)
+			}
+			if err == nil && hits() != before+1 {
+				err = fmt.Errorf("sandbox %s did not come from the warm pool", sb.ID)
+			}
+			return undo, err
+		}},
 		{backend: b, name: CasePoolCold, baseline: true, run: func(ctx context.Context) (func() error, error) {
 			sb, err := e.m.CreateSandbox(ctx, w.ID, coldSpec)
 			if err != nil {
@@ -129,12 +147,15 @@ func (e *env) poolBench(ctx context.Context) (SandboxResult, error) {
 	warm, _ := row(rows, b, CasePoolClaim)
 	cold, _ := row(rows, b, CasePoolCold)
 	floor, _ := row(rows, b, CasePoolExec)
+	api, _ := row(rows, b, CasePoolAPI)
 	res.Checks = append(res.Checks,
 		boundCheck(b+": claim → first exec median", warm, TargetPoolClaim),
+		boundCheck(b+": claim → first exec median (API)", api, TargetPoolClaim),
 		ratioCheck(b+": warm / cold", warm, cold, 0, 0),
 		ratioCheck(b+": warm / exec in a running sandbox", warm, floor, 0, 0))
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("warm: CreateSandbox on an existing workspace with a pool of %d ready environment(s) of its class (the workspace attached by mount propagation), then Exec `true` until its result", poolSize),
+		"API: the same through the daemon's HTTP API on its unix socket (POST /v1/sandboxes, then POST .../exec)",
 		"cold: the same with a spec of another class (pids limit one lower), which no pool holds: a cold start",
 		"exec: Exec `true` in a sandbox started before the runs (the floor under both)",
 		"the sandbox is removed and the pool refilled after the clock stops")

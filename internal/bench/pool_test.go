@@ -39,10 +39,11 @@ func TestPoolBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkRows(t, res, 2, []string{"docker/" + CasePoolClaim, "docker/" + CasePoolCold, "docker/" + CasePoolExec})
-	checkChecks(t, res, "docker: claim → first exec median", "docker: warm / cold", "docker: warm / exec in a running sandbox")
-	if st := e.m.PoolStatus(); len(st) != 1 || st[0].Hits != 2 || st[0].Misses != 0 {
-		t.Errorf("pool status %+v, want 2 hits", st)
+	checkRows(t, res, 2, []string{"docker/" + CasePoolClaim, "docker/" + CasePoolAPI, "docker/" + CasePoolCold, "docker/" + CasePoolExec})
+	checkChecks(t, res, "docker: claim → first exec median", "docker: claim → first exec median (API)", "docker: warm / cold",
+		"docker: warm / exec in a running sandbox")
+	if st := e.m.PoolStatus(); len(st) != 1 || st[0].Hits != 4 || st[0].Misses != 0 {
+		t.Errorf("pool status %+v, want 4 hits", st)
 	}
 	owner := e.m.PoolOwner()
 	sbs := made(t, e)
