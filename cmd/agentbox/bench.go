@@ -25,6 +25,7 @@ func (c *cli) benchCmd() *cobra.Command {
 		{"exec", "exec round trip of `true` (manager and API) vs docker exec on an equivalent container and host fork/exec", bench.DefaultExecRuns, bench.Exec},
 		{"create", "create → first exec per backend vs docker run --rm (runc, runsc) and bwrap; --profile shows where the time goes", bench.DefaultCreateRuns, bench.Create},
 		{"concurrent", "N sandboxes created at once, each running `true`, vs N concurrent docker run --rm", bench.DefaultConcurrentRuns, bench.Concurrent},
+		{"pool", "claim from a warm pool → first exec vs cold create → first exec (docker)", bench.DefaultPoolRuns, bench.Pool},
 		{"egress", "download and new-connection HTTP/CONNECT requests from a sandbox through the egress proxy vs the same python client on the host, direct (loopback upstreams)", bench.DefaultEgressRuns, bench.Egress},
 	} {
 		cmd.AddCommand(c.benchSandboxCmd(b.use, b.short, b.runs, func(ctx context.Context, o bench.SandboxOptions, w io.Writer) (any, func(io.Writer), error) {

@@ -96,6 +96,9 @@ type SandboxOptions struct {
 	// EgressRequests is how many requests each of the egress benchmark's
 	// small-request cases makes (default DefaultEgressRequests).
 	EgressRequests int
+
+	// warmPool is the manager's warm pools (the pool benchmark's).
+	warmPool []manager.PoolSpec
 }
 
 // Defaults of the execution benchmarks.
@@ -300,7 +303,7 @@ func newEnv(ctx context.Context, opts SandboxOptions, log io.Writer, prof *recor
 	e.m, err = manager.New(ctx, e.st, manager.Config{
 		DataDir: dataDir, Driver: workspace.Overlay, UID: sandboxUID, GID: sandboxUID,
 		Backends: e.bes, DefaultBackend: e.backends[0], DefaultImage: e.opts.Image, GuestBinary: e.opts.GuestBinary,
-		Egress: proxy,
+		Egress: proxy, WarmPool: opts.warmPool,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -569,6 +572,7 @@ func (e *env) close() error {
 		e.srv = nil
 	}
 	if e.m != nil {
+		errs = append(errs, e.m.StopPool(ctx))
 		sbs, err := e.m.ListSandboxes(ctx, "")
 		errs = append(errs, err)
 		for _, sb := range sbs {
@@ -748,6 +752,7 @@ func (r SandboxResult) Print(w io.Writer) {
 		"create":     "create → first exec (`true`)",
 		"concurrent": fmt.Sprintf("%d sandboxes created at once, each running `true` (wall time of all)", r.Concurrency),
 		"egress":     "HTTP(S) from inside a sandbox through the egress proxy vs the same client on the host, direct",
+		"pool":       "claim from a warm pool → first exec (`true`) vs cold create → first exec",
 	}[r.Benchmark]
 	fmt.Fprintf(w, "agentbox bench %s: %s\nimage %s, %d runs per case, cases interleaved in shuffled rounds\n\n", r.Benchmark, title, r.Image, r.Runs)
 	width := len("case")

@@ -107,6 +107,23 @@ type Config struct {
 	// DockerHost is the container engine's address (default $DOCKER_HOST
 	// or the local socket).
 	DockerHost string `json:"docker_host"`
+	// WarmPool lists the warm pools: per backend and image, how many
+	// environments are kept started (with the default policy) to be handed
+	// out on sandbox creation. None by default.
+	WarmPool []WarmPool `json:"warm_pool"`
+}
+
+// WarmPool is one warm pool, e.g. {backend: docker, image:
+// agentbox/busybox:latest, size: 2}. Only the docker backend can hand out
+// pooled environments; a pool of another starts nothing and its sandboxes
+// start cold.
+type WarmPool struct {
+	// Backend is docker, gvisor or local; empty means default_backend.
+	Backend string `json:"backend"`
+	// Image is an image in the engine; empty means default_image.
+	Image string `json:"image"`
+	// Size is how many environments are kept ready.
+	Size int `json:"size"`
 }
 
 // DefaultDataDir is /var/lib/agentbox for root, else
@@ -242,6 +259,14 @@ func (c *Config) Validate() error {
 	case "auto", "docker", "gvisor", "local":
 	default:
 		probs = append(probs, fmt.Sprintf("default_backend %q is not one of auto, docker, gvisor, local", c.DefaultBackend))
+	}
+	for i, p := range c.WarmPool {
+		switch {
+		case p.Backend != "" && p.Backend != "docker" && p.Backend != "gvisor" && p.Backend != "local":
+			probs = append(probs, fmt.Sprintf("warm_pool[%d].backend %q is not one of docker, gvisor, local", i, p.Backend))
+		case p.Size < 0 || p.Size > 256:
+			probs = append(probs, fmt.Sprintf("warm_pool[%d].size %d is outside 0..256", i, p.Size))
+		}
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -14,13 +14,14 @@ import (
 func TestLoadFileEnvValidate(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "agentbox.yaml")
-	os.WriteFile(file, []byte("data_dir: /srv/ab\nworkspace_driver: copy\ngit_timeout: 45s\n"), 0o600)
+	os.WriteFile(file, []byte("data_dir: /srv/ab\nworkspace_driver: copy\ngit_timeout: 45s\nwarm_pool: [{backend: docker, image: agentbox/busybox:latest, size: 2}]\n"), 0o600)
 	t.Setenv("AGENTBOX_DATA", "/srv/env")
 	c, err := Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DataDir != "/srv/env" || c.WorkspaceDriver != "copy" || c.GitTimeout.Duration != 45*time.Second {
+	if c.DataDir != "/srv/env" || c.WorkspaceDriver != "copy" || c.GitTimeout.Duration != 45*time.Second ||
+		len(c.WarmPool) != 1 || c.WarmPool[0] != (WarmPool{Backend: "docker", Image: "agentbox/busybox:latest", Size: 2}) {
 		t.Errorf("got %+v", c)
 	}
 	if err := c.Validate(); err != nil {
@@ -46,6 +47,8 @@ func TestValidate(t *testing.T) {
 		"bad author":        func(c *Config) { c.AuthorEmail = "<x>" },
 		"long data dir":     func(c *Config) { c.DataDir = "/" + strings.Repeat("d", 120) },
 		"bad log level":     func(c *Config) { c.LogLevel = "loud" },
+		"bad pool backend":  func(c *Config) { c.WarmPool = []WarmPool{{Backend: "k8s", Size: 1}} },
+		"negative pool":     func(c *Config) { c.WarmPool = []WarmPool{{Size: -1}} },
 	}
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {

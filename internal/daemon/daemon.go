@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log, DiskQuota: int64(cfg.WorkspaceDiskQuota),
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
 		Egress: proxy, Secrets: box, CABundle: caBundle(ca), Observer: metrics,
-		IdleTimeout: cfg.SandboxIdleTimeout.Duration, MaxAge: cfg.SandboxMaxAge.Duration,
+		IdleTimeout: cfg.SandboxIdleTimeout.Duration, MaxAge: cfg.SandboxMaxAge.Duration, WarmPool: warmPools(cfg),
 		DataBudget: int64(cfg.DataBudget), WorkspaceRetention: cfg.WorkspaceRetention.Duration,
 		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {
 			s := make([]mitm.Secret, len(bound))
@@ -111,6 +111,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		return err
 	}
 	mgr.Store(m)
+	// Unclaimed pooled environments go with the daemon (a crash leaves
+	// them to the next start, which removes them).
+	defer func() {
+		if err := m.StopPool(context.WithoutCancel(ctx)); err != nil {
+			log.Warn("removing the warm pool's environments", "err", err)
+		}
+	}()
 	if every := evictionInterval(cfg.SandboxIdleTimeout.Duration, cfg.SandboxMaxAge.Duration); every > 0 {
 		go m.RunEviction(ctx, every)
 	}
@@ -239,4 +246,13 @@ func evictionInterval(idle, maxAge time.Duration) time.Duration {
 		return 0
 	}
 	return min(max(limit/4, time.Second), time.Minute)
+}
+
+// warmPools is the configuration's warm pools, as the manager takes them.
+func warmPools(cfg config.Config) []manager.PoolSpec {
+	var out []manager.PoolSpec
+	for _, p := range cfg.WarmPool {
+		out = append(out, manager.PoolSpec{Backend: p.Backend, Image: p.Image, Size: p.Size})
+	}
+	return out
 }

@@ -97,7 +97,8 @@ type Config struct {
 	MaxAge time.Duration
 	// Observer is told how long sandbox creations and execs take and how
 	// execs end (the daemon's metrics); nil: nothing is observed. If it is
-	// also a GCObserver, it is told of the collector's removals.
+	// also a GCObserver, it is told of the collector's removals; if it is
+	// a PoolObserver too, it is told the warm pools' sizes and claims.
 	Observer Observer
 	// DataBudget, when positive, is the disk the data dir may take, in
 	// bytes: GC collects down to it (see gc.go).
@@ -105,6 +106,8 @@ type Config struct {
 	// WorkspaceRetention, when positive, lets GC remove a clean workspace
 	// unused for that long; without it GC removes no workspace.
 	WorkspaceRetention time.Duration
+	// WarmPool lists the warm pools to keep filled (see pool.go).
+	WarmPool []PoolSpec
 }
 
 // Observer receives the manager's measurements. The manager holds only
@@ -155,6 +158,8 @@ type Manager struct {
 	touched sync.Map
 	// events tells event followers of appends.
 	events *eventBus
+	// pool holds the warm pools' ready environments.
+	pool *warmPool
 
 	// failAt, when set by tests, is called at each named step of a
 	// multi-step operation and may return an error to inject a failure.
@@ -215,6 +220,10 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	m.recoverSandboxes(ctx)
 	if _, err := m.reconcile(ctx, true); err != nil {
 		m.log.ErrorContext(ctx, "reconciling at start", "err", err)
+	}
+	if err := m.startPool(ctx); err != nil {
+		m.StopPool(ctx)
+		return nil, err
 	}
 	return m, nil
 }

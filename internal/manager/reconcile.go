@@ -385,6 +385,10 @@ func (p *pass) environment(ctx context.Context, be sandbox.Backend, in sandbox.I
 	case !errors.Is(err, errdefs.ErrNotFound):
 		p.fail(fmt.Errorf("reconcile: sandbox %s: %w", id, err))
 		return
+	case in.Labels[sandbox.LabelPool] == "1":
+		// A warm pool's environment has no row until it is claimed: the
+		// pool watches its own, and removes what a previous run left.
+		return
 	}
 	if m.isBusy(id) {
 		return

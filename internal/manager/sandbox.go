@@ -251,6 +251,12 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	if m.cfg.GuestBinary == "" {
 		return store.Sandbox{}, fmt.Errorf("no agentbox-guest binary configured: %w", errdefs.ErrUnavailable)
 	}
+	created := map[string]any{"backend": spec.Backend, "image": spec.Image, "replaces": replaces}
+	if sb, ok, pooled := m.fromPool(ctx, w, spec, replaces); ok {
+		return sb, nil
+	} else if pooled {
+		created["warm_pool"] = "miss"
+	}
 	token, err := guest.NewToken()
 	if err != nil {
 		return store.Sandbox{}, err
@@ -359,8 +365,8 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	m.liveMu.Lock()
 	m.live[sb.ID] = &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, task: w.Task, placeholders: placeholders}
 	m.liveMu.Unlock()
-	m.event(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID},
-		map[string]any{"backend": spec.Backend, "image": spec.Image, "ref": info.Ref, "replaces": replaces})
+	created["ref"] = info.Ref
+	m.event(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID}, created)
 	m.log.InfoContext(ctx, "sandbox created", KeySandbox, sb.ID, KeyWorkspace, w.ID, "backend", spec.Backend)
 	return sb, nil
 }

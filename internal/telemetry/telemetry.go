@@ -54,6 +54,8 @@ type Metrics struct {
 	egressDecision *prometheus.CounterVec
 	gcRemovals     *prometheus.CounterVec
 	repairs        *prometheus.CounterVec
+	poolReady      *prometheus.GaugeVec
+	poolClaims     *prometheus.CounterVec
 }
 
 // gcKinds are what the collector removes (manager.GCKinds), the values of
@@ -99,6 +101,14 @@ func New(opts Options) *Metrics {
 			Name: "agentbox_reconciler_repairs_total",
 			Help: "Repairs made by the reconciler, by kind.",
 		}, []string{"kind"}),
+		poolReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "agentbox_warm_pool_ready",
+			Help: "Pre-started environments waiting in a warm pool, by backend and image.",
+		}, []string{"backend", "image"}),
+		poolClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentbox_warm_pool_claims_total",
+			Help: "Sandbox creations of a class that has a warm pool, by result: hit (a pooled environment) or miss (the pool was empty: cold start). Hit rate: rate(result=\"hit\") / rate(all).",
+		}, []string{"backend", "image", "result"}),
 	}
 	for _, k := range gcKinds {
 		m.gcRemovals.WithLabelValues(k)
@@ -120,6 +130,7 @@ func New(opts Options) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.createSeconds, m.createErrors, m.execSeconds, m.execs, m.egressDecision, m.gcRemovals, m.repairs,
+		m.poolReady, m.poolClaims,
 	)
 	if opts.Sandboxes != nil {
 		timeout := opts.ScrapeTimeout
@@ -200,4 +211,24 @@ func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
+}
+
+// ObservePoolSize sets the number of ready environments in the warm pool
+// of backend and image (manager.PoolObserver). The pool's claim series
+// exist from then on, at zero, so that its hit rate is defined from the
+// start.
+func (m *Metrics) ObservePoolSize(backend, image string, ready int) {
+	m.poolReady.WithLabelValues(backend, image).Set(float64(ready))
+	m.poolClaims.WithLabelValues(backend, image, "hit")
+	m.poolClaims.WithLabelValues(backend, image, "miss")
+}
+
+// ObservePoolClaim counts one sandbox creation of a class with a warm
+// pool: a hit, or a miss that started cold (manager.PoolObserver).
+func (m *Metrics) ObservePoolClaim(backend, image string, hit bool) {
+	result := "miss"
+	if hit {
+		result = "hit"
+	}
+	m.poolClaims.WithLabelValues(backend, image, result).Inc()
 }

@@ -11,7 +11,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/agentbox/agentbox/internal/manager"
 )
+
+// Metrics is what the daemon hands the manager as its Observer, and its
+// warm pool figures are found on it.
+var _ manager.PoolObserver = (*Metrics)(nil)
 
 func TestMetricsExposition(t *testing.T) {
 	m := New(Options{
@@ -28,6 +34,9 @@ func TestMetricsExposition(t *testing.T) {
 	m.ObserveEgress(true)
 	m.ObserveEgress(false)
 	m.ObserveEgress(false)
+	m.ObservePoolSize("docker", "img", 3)
+	m.ObservePoolSize("docker", "img", 2)
+	m.ObservePoolClaim("docker", "img", true)
 
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -48,6 +57,9 @@ func TestMetricsExposition(t *testing.T) {
 		`agentbox_execs_total{backend="docker",outcome="oom"} 0`,
 		`agentbox_egress_decisions_total{allowed="true"} 1`,
 		`agentbox_egress_decisions_total{allowed="false"} 2`,
+		`agentbox_warm_pool_ready{backend="docker",image="img"} 2`,
+		`agentbox_warm_pool_claims_total{backend="docker",image="img",result="hit"} 1`,
+		`agentbox_warm_pool_claims_total{backend="docker",image="img",result="miss"} 0`,
 		"go_goroutines ",
 	} {
 		if !strings.Contains(text, want) {

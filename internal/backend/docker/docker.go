@@ -121,6 +121,9 @@ type Backend struct {
 	// a sweep of workspace binds never takes one that has no container yet.
 	mu       sync.Mutex
 	creating map[string]bool
+	// attached holds the ids of pooled sandboxes whose workspace is
+	// attached (see pool.go), so that none is ever attached twice.
+	attached sync.Map
 }
 
 var (
@@ -191,8 +194,13 @@ func containerName(id string) string { return "agentbox-" + id }
 // Create starts one container running the guest. Every step is undone when
 // a later one fails.
 func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sandbox.Info, err error) {
+	return b.create(ctx, req, "")
+}
+
+// create is Create, or with owner set CreateDetached (see pool.go).
+func (b *Backend) create(ctx context.Context, req sandbox.CreateRequest, owner string) (_ sandbox.Info, err error) {
 	spec := req.Spec.WithDefaults()
-	if err := b.validate(req, spec); err != nil {
+	if err := b.validate(req, spec, owner != ""); err != nil {
 		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
 	}
 	if !b.beginCreate(req.ID) {
@@ -207,7 +215,13 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 		}
 	}()
 
-	src, release, err := b.workspaceSource(req.ID, req.Files)
+	var src string
+	var release func() error
+	if owner == "" {
+		src, release, err = b.workspaceSource(req.ID, req.Files)
+	} else {
+		src, release, err = b.poolPoint(req.ID)
+	}
 	if err != nil {
 		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: workspace %s: %w", req.ID, req.Files, err)
 	}
@@ -220,6 +234,9 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 		}
 	}
 	cfg, host := b.containerConfig(req, spec, src, mask)
+	if owner != "" {
+		detach(cfg, host, owner)
+	}
 	created, err := b.c.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name:       containerName(req.ID),
 		Config:     cfg,
@@ -243,7 +260,8 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 }
 
 // validate checks what Create needs before anything is made.
-func (b *Backend) validate(req sandbox.CreateRequest, spec sandbox.Spec) error {
+// A detached create (a warm pool's) has no workspace yet.
+func (b *Backend) validate(req sandbox.CreateRequest, spec sandbox.Spec, detached bool) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
@@ -253,14 +271,19 @@ func (b *Backend) validate(req sandbox.CreateRequest, spec sandbox.Spec) error {
 	switch {
 	case !validID.MatchString(req.ID):
 		return errdefs.Invalid("sandbox id %q is not usable as a container name and hostname", req.ID)
-	case req.WorkspaceID == "":
+	case req.WorkspaceID == "" && !detached:
 		return errdefs.Invalid("no workspace id")
+	case detached && (req.WorkspaceID != "" || req.Files != ""):
+		return errdefs.Invalid("a detached environment gets its workspace when it is attached, not at its start")
 	case req.UID <= 0 || req.GID <= 0:
 		return errdefs.Invalid("uid:gid %d:%d: sandboxes run as a non-root user and group", req.UID, req.GID)
 	case spec.Backend != "" && spec.Backend != b.name:
 		return errdefs.Invalid("spec asks for backend %q, this is %q", spec.Backend, b.name)
 	}
 	for _, p := range []struct{ what, path string }{{"workspace", req.Files}, {"run directory", req.RunDir}, {"guest", req.Guest}} {
+		if detached && p.what == "workspace" {
+			continue
+		}
 		if !strings.HasPrefix(p.path, "/") {
 			return errdefs.Invalid("%s path %q is not absolute", p.what, p.path)
 		}
@@ -353,7 +376,7 @@ func (b *Backend) owns(labels map[string]string) bool {
 // ownLabels keeps the agentbox labels of a container.
 func ownLabels(labels map[string]string) map[string]string {
 	out := make(map[string]string)
-	for _, k := range []string{sandbox.LabelManaged, sandbox.LabelSandbox, sandbox.LabelWorkspace, LabelBackend, sandbox.LabelOwner} {
+	for _, k := range []string{sandbox.LabelManaged, sandbox.LabelSandbox, sandbox.LabelWorkspace, LabelBackend, sandbox.LabelOwner, sandbox.LabelPool, sandbox.LabelPoolOwner} {
 		if v, ok := labels[k]; ok {
 			out[k] = v
 		}
@@ -427,6 +450,7 @@ func (b *Backend) Remove(ctx context.Context, ref string) error {
 	if err := b.releaseBind(info.ID); err != nil {
 		return fmt.Errorf("removing sandbox %s: %w", info.ID, err)
 	}
+	b.attached.Delete(info.ID)
 	return nil
 }
 
