@@ -12,7 +12,44 @@ import (
 const (
 	EvictIdle   = "idle"
 	EvictMaxAge = "max_age"
+	// EvictLifetime: the sandbox's own lifetime (its spec's Lifetime, the
+	// policy's limits.sandbox_timeout) is over.
+	EvictLifetime = "lifetime"
 )
+
+// armLifetime makes the sandbox of lv stop when its lifetime is over, on
+// every backend, whatever runs in it (a command still running ends
+// killed). The workspace stays; the next exec starts a new sandbox, with
+// a lifetime of its own.
+func (m *Manager) armLifetime(lv *live, id string) {
+	if d := lv.spec.Lifetime; d > 0 {
+		lv.expiry = time.AfterFunc(d, func() { m.expire(id) })
+	}
+}
+
+// expire stops sandbox id at the end of its lifetime.
+func (m *Manager) expire(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := m.st.GetSandbox(ctx, id)
+	if err != nil || sb.State != string(sandbox.StateRunning) {
+		return
+	}
+	l := m.lock("sb:" + sb.WorkspaceID)
+	l.Lock()
+	defer l.Unlock()
+	// Re-read under the lock: a stop or removal may have come first.
+	if sb, err = m.st.GetSandbox(ctx, id); err != nil || sb.State != string(sandbox.StateRunning) {
+		return
+	}
+	if err := m.teardown(ctx, &sb, sandbox.StateStopped); err != nil {
+		m.log.WarnContext(ctx, "stopping a sandbox at the end of its lifetime", KeySandbox, id, "err", err)
+		return
+	}
+	m.event(ctx, store.Event{Actor: "daemon", Type: "sandbox.evicted", WorkspaceID: sb.WorkspaceID, SandboxID: id},
+		map[string]any{"reason": EvictLifetime, "created": sb.CreatedAt})
+	m.log.InfoContext(ctx, "sandbox evicted", KeySandbox, id, KeyWorkspace, sb.WorkspaceID, "reason", EvictLifetime)
+}
 
 // Evict stops the running sandboxes that have outlived the daemon's limits
 // as of now: those idle for Config.IdleTimeout (no API activity and no

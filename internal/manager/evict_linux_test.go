@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,5 +137,47 @@ func TestEvictOff(t *testing.T) {
 	h.exec(w.ID, "true")
 	if ev, err := h.m.Evict(t.Context(), time.Now().Add(24*time.Hour)); err != nil || len(ev) != 0 {
 		t.Errorf("Evict without limits = %v, %v", ev, err)
+	}
+}
+
+// A sandbox's own lifetime ends it on time, with a command running, on
+// its own (no eviction pass); the next exec heals.
+func TestSandboxLifetime(t *testing.T) {
+	h, be := sandboxHarness(t)
+	ctx := t.Context()
+	w := h.create(CreateRequest{Repo: h.repo.ID})
+	sb, err := h.m.CreateSandbox(ctx, w.ID, sandbox.Spec{Lifetime: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	done := make(chan struct{})
+	var out ExecOutcome
+	go func() {
+		defer close(done)
+		out, err = h.m.Exec(ctx, w.ID, guest.ExecRequest{Argv: []string{"sleep", "60"}, Env: []string{"PATH=/bin"}, Timeout: time.Minute}, nil, io.Discard, io.Discard)
+	}()
+	select {
+	case <-done:
+	case <-time.After(45 * time.Second):
+		t.Fatal("the command outlived its sandbox's 3s lifetime by 45s")
+	}
+	t.Logf("the command ended after %s: %+v %v", time.Since(start).Round(time.Millisecond), out.ExecResult, err)
+	if err == nil && out.ExitCode == 0 && out.Signal == 0 {
+		t.Errorf("a command outliving its sandbox's lifetime ended as a success: %+v", out.ExecResult)
+	}
+	if got, _ := h.m.GetSandbox(ctx, sb.ID); got.State != string(sandbox.StateStopped) {
+		t.Errorf("state %s after its lifetime, want stopped", got.State)
+	}
+	if _, err := be.Inspect(ctx, sb.BackendRef); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the expired sandbox's environment: %v", err)
+	}
+	evs := h.events(w.ID, "sandbox.evicted")
+	if len(evs) != 1 || !strings.Contains(evs[0].Detail, EvictLifetime) {
+		t.Errorf("eviction events %+v, want one for its lifetime", evs)
+	}
+	res, _, _ := h.exec(w.ID, "true")
+	if !res.Replaced || res.ExitCode != 0 {
+		t.Errorf("exec after the lifetime: %+v", res)
 	}
 }

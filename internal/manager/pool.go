@@ -609,8 +609,10 @@ func (m *Manager) claimPooled(ctx context.Context, w store.Workspace, spec sandb
 		return store.Sandbox{}, fmt.Errorf("pooled sandbox %s: moving its run directory: %w", e.id, err)
 	}
 	e.dir = dir
+	lv := &live{ln: e.ln, conn: e.conn, spec: spec, workspaceID: w.ID, task: w.Task}
+	m.armLifetime(lv, sb.ID)
 	m.liveMu.Lock()
-	m.live[sb.ID] = &live{ln: e.ln, conn: e.conn, spec: spec, workspaceID: w.ID}
+	m.live[sb.ID] = lv
 	m.liveMu.Unlock()
 	m.event(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID},
 		map[string]any{"backend": spec.Backend, "image": spec.Image, "ref": e.info.Ref, "replaces": replaces, "warm_pool": "hit"})

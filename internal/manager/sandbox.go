@@ -46,6 +46,8 @@ type live struct {
 	// inflight counts the commands picked to run here and not yet ended:
 	// a sandbox with any is not idle.
 	inflight atomic.Int64
+	// expiry stops the sandbox at the end of its lifetime; nil: none.
+	expiry *time.Timer
 }
 
 // done ends one command's claim on the sandbox.
@@ -61,6 +63,9 @@ func (l *live) alive() bool {
 }
 
 func (l *live) close() {
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
 	l.conn.Close()
 	l.ln.Close()
 	l.egress.close()
@@ -362,8 +367,10 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 		return sb, err
 	}
 	undo.release()
+	lv := &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, task: w.Task, placeholders: placeholders}
+	m.armLifetime(lv, sb.ID)
 	m.liveMu.Lock()
-	m.live[sb.ID] = &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, task: w.Task, placeholders: placeholders}
+	m.live[sb.ID] = lv
 	m.liveMu.Unlock()
 	created["ref"] = info.Ref
 	m.event(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID}, created)
