@@ -335,6 +335,17 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 
 // stdinPump turns the StdinLines of a streamed request body into the
 // command's input.
+//
+// Its goroutine owns the body for its whole life: nothing else reads it
+// once the pump started, and the pump reads it to its end (or to an
+// error) before it is done, whether the input ended with a stdin_eof
+// line, a bad line or a command that stopped reading. The handler waits
+// for the pump before it returns. A full-duplex handler must not leave
+// the end of the body to net/http: the server would read it in
+// finishRequest, after it stopped its background read of the
+// connection, and start a new one on hitting the end, which then races
+// the read of the next request on a kept-alive connection and panics
+// with "invalid concurrent Body.Read call" (golang/go#68560).
 type stdinPump struct {
 	pr   *io.PipeReader
 	done chan struct{}
@@ -353,32 +364,34 @@ func startStdinPump(body *bufio.Reader, cancel context.CancelFunc) *stdinPump {
 		defer close(p.done)
 		err := p.copy(body, pw)
 		pw.CloseWithError(err) // nil: the command sees EOF
-		if errors.Is(err, errExecEnded) {
-			// The command stopped reading while the client still sends.
-			// Cutting the upload now would make the client's HTTP
-			// stack drop the connection, result and all, before the
-			// client has read it: take the rest in and drop it until
-			// the client, which stops once it has the result, ends
-			// its body (stop bounds the wait).
-			io.Copy(io.Discard, body)
-			return
+		if err != nil && !errors.Is(err, errExecEnded) {
+			p.failed(err, cancel)
 		}
-		if err == nil {
-			return
-		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.ended {
-			return // the command ended first: nothing more to say
-		}
-		if errdefs.Code(err) == "invalid" {
-			p.protErr = err
-		}
-		// A bad line, or a body that broke off (the client went away):
-		// the command's input is unknown, so the command is killed.
-		cancel()
+		// Take in and drop the rest of the body: what follows a
+		// stdin_eof or bad line, or, once the command stopped
+		// reading, the upload of a client that still sends. Cutting
+		// the upload would make the client's HTTP stack drop the
+		// connection, result and all, before the client has read it;
+		// a client stops once it has the result, and stop bounds the
+		// wait.
+		io.Copy(io.Discard, body)
 	}()
 	return p
+}
+
+// failed handles a copy that ended in err, a bad line or a body that
+// broke off (the client went away): the command's input is unknown, so
+// the command is killed, unless it ended first.
+func (p *stdinPump) failed(err error, cancel context.CancelFunc) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return // the command ended first: nothing more to say
+	}
+	if errdefs.Code(err) == "invalid" {
+		p.protErr = err
+	}
+	cancel()
 }
 
 func (p *stdinPump) copy(body *bufio.Reader, pw *io.PipeWriter) error {
@@ -431,8 +444,11 @@ func (p *stdinPump) err() error {
 const stdinGrace = 5 * time.Second
 
 // stop ends the pump once the command has ended and its result is
-// written: the client gets stdinGrace to end its body, then a Read of the
-// body still blocked on it is cut short by a read deadline in the past.
+// written, and returns only when the pump is done with the body: the
+// client gets stdinGrace to end its body, then a Read of the body still
+// blocked on it is cut short by a read deadline in the past. The rest of
+// that body is still on the connection, which therefore cannot carry
+// another request: it is closed.
 func (p *stdinPump) stop(rc *http.ResponseController) {
 	p.mu.Lock()
 	p.ended = true
@@ -444,5 +460,8 @@ func (p *stdinPump) stop(rc *http.ResponseController) {
 	case <-time.After(stdinGrace):
 		rc.SetReadDeadline(time.Now())
 		<-p.done
+		if conn, _, err := rc.Hijack(); err == nil {
+			conn.Close()
+		}
 	}
 }

@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -69,6 +71,9 @@ type sandboxFixture struct {
 	cl  *client.Client
 	st  store.Store
 	ws  client.Workspace
+	// serverLog is the HTTP server's error log (a handler's panic is
+	// logged there).
+	serverLog *syncBuffer
 }
 
 func newSandboxFixture(t *testing.T) *sandboxFixture {
@@ -104,7 +109,10 @@ func newSandboxFixture(t *testing.T) *sandboxFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(m, api.Options{}))
+	serverLog := &syncBuffer{}
+	srv := httptest.NewUnstartedServer(api.New(m, api.Options{}))
+	srv.Config.ErrorLog = log.New(serverLog, "", 0)
+	srv.Start()
 	t.Cleanup(srv.Close)
 	cl, err := client.New(srv.URL, "")
 	if err != nil {
@@ -132,7 +140,7 @@ func newSandboxFixture(t *testing.T) *sandboxFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &sandboxFixture{srv: srv, cl: cl, st: st, ws: ws}
+	return &sandboxFixture{srv: srv, cl: cl, st: st, ws: ws, serverLog: serverLog}
 }
 
 // syncBuffer is a buffer written by one goroutine and polled by another.
@@ -389,6 +397,89 @@ func TestExecStdinStreaming(t *testing.T) {
 		pr.Close()
 	})
 
+	t.Run("body ended after the result", func(t *testing.T) {
+		// The client ends its body only once it has read the result,
+		// then sends the next request on the same connection. The
+		// server must have taken the whole body in before the handler
+		// returned: net/http panics ("invalid concurrent Body.Read
+		// call") on a kept-alive connection whose full-duplex body it
+		// had to finish itself (golang/go#68560).
+		cases := []struct {
+			name  string
+			argv  []string
+			lines []string
+			more  bool // keep uploading until the result is in
+			want  string
+		}{
+			{"stdin_eof", []string{"cat"}, []string{`{"stdin":"hi\n"}`, `{"stdin_eof":true}`}, false, `"exit_code":0`},
+			{"bad line", []string{"cat"}, []string{`{"stdin":"hi\n"}`, `{"stdin_b64":"!!"}`}, false, `"code":"invalid"`},
+			{"early exit", []string{"head", "-c", "1"}, []string{`{"stdin":"hi\n"}`}, true, `"exit_code":0`},
+		}
+		for round := range 3 {
+			for _, c := range cases {
+				logged := len(f.serverLog.String())
+				conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				conn.SetDeadline(time.Now().Add(60 * time.Second))
+				res, err := rawStreamedExec(conn, f.ws.ID, c.argv, env, c.lines, c.more)
+				if err != nil || !strings.Contains(res, c.want) {
+					t.Errorf("round %d, %s: exec = %s, %v; want %s", round, c.name, res, err, c.want)
+				}
+				// The same connection serves the next request.
+				fmt.Fprintf(conn, "GET /v1/health HTTP/1.1\r\nHost: agentbox\r\n\r\n")
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				if err != nil {
+					t.Errorf("round %d, %s: next request on the connection: %v", round, c.name, err)
+				} else if resp.StatusCode != 200 {
+					t.Errorf("round %d, %s: next request on the connection: %s", round, c.name, resp.Status)
+				}
+				conn.Close()
+				if l := f.serverLog.String()[logged:]; strings.Contains(l, "panic") {
+					t.Errorf("round %d, %s: the server panicked:\n%s", round, c.name, l)
+				}
+			}
+		}
+	})
+
+	t.Run("body that never ends", func(t *testing.T) {
+		// A client that goes on uploading after the result gets the
+		// grace period, then the server cuts the read short and closes
+		// the connection, whose rest cannot be a request.
+		logged := len(f.serverLog.String())
+		conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(60 * time.Second))
+		first, _ := json.Marshal(map[string]any{"argv": []string{"true"}, "env": env})
+		wrote := make(chan error, 1)
+		go func() {
+			_, err := fmt.Fprintf(conn, "POST /v1/workspaces/%s/exec HTTP/1.1\r\nHost: agentbox\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\n\r\n", f.ws.ID, len(first)+1, first)
+			for err == nil {
+				time.Sleep(20 * time.Millisecond) // a slow upload
+				_, err = fmt.Fprintf(conn, "%x\r\n%s\n\r\n", len(`{"stdin":"more"}`)+1, `{"stdin":"more"}`)
+			}
+			wrote <- err
+		}()
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if !strings.Contains(string(b), `"exit_code":0`) || err == nil {
+			t.Errorf("exec stream = %q, %v; want the result, then the connection closed", b, err)
+		}
+		if err := <-wrote; err == nil {
+			t.Errorf("the upload went on")
+		}
+		if l := f.serverLog.String()[logged:]; strings.Contains(l, "panic") {
+			t.Errorf("the server panicked:\n%s", l)
+		}
+	})
+
 	t.Run("protocol errors", func(t *testing.T) {
 		post := func(body string) (int, string) {
 			req, _ := http.NewRequestWithContext(ctx, "POST", f.srv.URL+"/v1/workspaces/"+f.ws.ID+"/exec", strings.NewReader(body))
@@ -412,6 +503,72 @@ func TestExecStdinStreaming(t *testing.T) {
 			t.Errorf("bad base64: %d %s", code, body)
 		}
 	})
+}
+
+// rawStreamedExec runs a streamed exec over conn, writing HTTP/1.1 by
+// hand so that the body's end is under the test's control: the request
+// line and lines go out as chunks (more: followed by a stdin chunk every
+// few milliseconds), and the body ends only once the result or error line
+// is in. It returns that line, with the response read to its end so that
+// conn is ready for the next request.
+func rawStreamedExec(conn net.Conn, ws string, argv, env, lines []string, more bool) (string, error) {
+	first, _ := json.Marshal(map[string]any{"argv": argv, "env": env})
+	gotResult := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		chunk := func(line string) error {
+			_, err := fmt.Fprintf(conn, "%x\r\n%s\n\r\n", len(line)+1, line)
+			return err
+		}
+		_, err := fmt.Fprintf(conn, "POST /v1/workspaces/%s/exec HTTP/1.1\r\nHost: agentbox\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n", ws)
+		for _, l := range append([]string{string(first)}, lines...) {
+			if err == nil {
+				err = chunk(l)
+			}
+		}
+		for more && err == nil {
+			select {
+			case <-gotResult:
+				more = false
+			case <-time.After(5 * time.Millisecond):
+				err = chunk(`{"stdin":"more\n"}`)
+			}
+		}
+		if err == nil {
+			<-gotResult
+			_, err = io.WriteString(conn, "0\r\n\r\n")
+		}
+		wrote <- err
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		close(gotResult)
+		<-wrote
+		return "", err
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var last string
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			close(gotResult)
+			<-wrote
+			return "", fmt.Errorf("reading the exec stream: %w (status %s)", err, resp.Status)
+		}
+		if strings.HasPrefix(line, `{"result"`) || strings.HasPrefix(line, `{"error"`) {
+			last = line
+			break
+		}
+	}
+	close(gotResult)
+	if err := <-wrote; err != nil {
+		return last, fmt.Errorf("sending the request body: %w", err)
+	}
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		return last, fmt.Errorf("reading the exec stream to its end: %w", err)
+	}
+	return last, nil
 }
 
 // sseEvent is one Server-Sent Event.
