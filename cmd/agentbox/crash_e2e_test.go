@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentbox/agentbox/internal/store"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -448,6 +449,24 @@ func crashVerify(t *testing.T, cl *client.Client, data, owner string, m *crashMo
 		}
 		if sb.State == "running" && !containerRunning(sb.BackendRef) {
 			t.Errorf("sandbox %s is running but its container %s is not", sb.ID, sb.BackendRef)
+		}
+	}
+	// No exec is running after a restart: a new daemon runs no command.
+	st, err := sqlstore.Open(ctx, filepath.Join(data, "agentbox.db"))
+	if err != nil {
+		t.Errorf("opening the database: %v", err)
+		return false
+	}
+	defer st.Close()
+	for _, sb := range sbs {
+		execs, err := st.ListExecs(ctx, store.ExecFilter{SandboxID: sb.ID})
+		if err != nil {
+			t.Errorf("listing the execs of %s: %v", sb.ID, err)
+		}
+		for _, x := range execs {
+			if x.State == store.ExecRunning {
+				t.Errorf("exec %s of sandbox %s (%s) still says running after the restart", x.ID, sb.ID, sb.State)
+			}
 		}
 	}
 	return !t.Failed()

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 // evictHarness is a docker harness whose manager evicts.
@@ -179,5 +180,26 @@ func TestSandboxLifetime(t *testing.T) {
 	res, _, _ := h.exec(w.ID, "true")
 	if !res.Replaced || res.ExitCode != 0 {
 		t.Errorf("exec after the lifetime: %+v", res)
+	}
+}
+
+// A command running when the daemon died is recorded lost by the next
+// daemon, not left running for ever.
+func TestExecRunningAtCrashIsLost(t *testing.T) {
+	h, _ := sandboxHarness(t)
+	w := h.create(CreateRequest{Repo: h.repo.ID})
+	stop := runLong(t, h, w.ID)
+	defer stop()
+	execs, err := h.st.ListExecs(t.Context(), store.ExecFilter{WorkspaceID: w.ID})
+	if err != nil || len(execs) != 1 || execs[0].State != store.ExecRunning {
+		t.Fatalf("execs before the crash: %+v, %v", execs, err)
+	}
+	h.reopen() // a new daemon on the same data; the old one never ends its exec
+	x, err := h.st.ListExecs(t.Context(), store.ExecFilter{WorkspaceID: w.ID})
+	if err != nil || len(x) != 1 || x[0].State != store.ExecLost || x[0].FinishedAt.IsZero() {
+		t.Fatalf("the exec after the restart: %+v, %v; want lost and finished", x, err)
+	}
+	if evs := h.events(w.ID, "exec.finished"); len(evs) != 1 || !strings.Contains(evs[0].Detail, "restarted") {
+		t.Errorf("exec.finished events after the restart: %+v", evs)
 	}
 }

@@ -646,6 +646,29 @@ func (m *Manager) recoverSandboxes(ctx context.Context) {
 		case sandbox.StateRunning:
 			m.markLost(ctx, sb, "daemon restarted")
 			m.countRepair(RepairSandboxLost)
+			m.loseExecs(ctx, sb)
+		}
+	}
+}
+
+// loseExecs ends the exec rows of sb that still say running: a new daemon
+// runs no command, so those were cut short by the crash of the last one.
+func (m *Manager) loseExecs(ctx context.Context, sb store.Sandbox) {
+	execs, err := m.st.ListExecs(ctx, store.ExecFilter{SandboxID: sb.ID})
+	if err != nil {
+		m.log.WarnContext(ctx, "listing the execs of a lost sandbox", KeySandbox, sb.ID, "err", err)
+		return
+	}
+	for _, x := range execs {
+		if x.State != store.ExecRunning {
+			continue
+		}
+		x.State, x.ExitCode, x.FinishedAt = store.ExecLost, -1, time.Now().UTC()
+		x.WallNanos = int64(x.FinishedAt.Sub(x.StartedAt))
+		ev := execEvent(ctx, x, errors.New("the daemon restarted while it ran"))
+		ev.Actor = "daemon"
+		if _, err := m.st.FinishExecEvent(ctx, x, ev); err != nil {
+			m.log.WarnContext(ctx, "ending the exec of a lost sandbox", KeySandbox, sb.ID, KeyExec, x.ID, "err", err)
 		}
 	}
 }
