@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -61,40 +62,56 @@ func mountImage(img, mnt string) error {
 		return fmt.Errorf("loop devices: %w", err)
 	}
 	defer ctl.Close()
-	// Another process may take the free device between the two calls:
-	// LOOP_CONFIGURE then fails with EBUSY, and the next free one is tried.
-	for range 16 {
+	ld, dev, err := configureLoop(ctl, f, img)
+	if err != nil {
+		return err
+	}
+	err = unix.Mount(dev, mnt, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, mountData)
+	// Closing our descriptor leaves the mount as the device's only user,
+	// or (when the mount failed) no user: autoclear frees it.
+	ld.Close()
+	if err != nil {
+		return fmt.Errorf("mounting %s (%s) at %s: %w", img, dev, mnt, err)
+	}
+	return nil
+}
+
+// loopMu makes this process's loop device setups one at a time: between
+// LOOP_CTL_GET_FREE and LOOP_CONFIGURE every concurrent caller would be
+// handed the same free device, and all but one would have to retry.
+var loopMu sync.Mutex
+
+// configureLoop sets up a free loop device for f (img), autoclearing, and
+// returns it open. Another process may still take the free device between
+// the two calls: LOOP_CONFIGURE then fails with EBUSY, and the next free
+// one is tried.
+func configureLoop(ctl, f *os.File, img string) (*os.File, string, error) {
+	loopMu.Lock()
+	defer loopMu.Unlock()
+	for try := range 64 {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
-			return fmt.Errorf("finding a free loop device: %w", err)
+			return nil, "", fmt.Errorf("finding a free loop device: %w", err)
 		}
 		dev := "/dev/loop" + strconv.Itoa(n)
 		ld, err := openLoop(dev, n)
 		if err != nil {
-			return err
+			return nil, "", err
 		}
-		cfg := unix.LoopConfig{Fd: uint32(f.Fd()), Size: 0}
+		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
 		copy(cfg.Info.File_name[:], filepath.Base(img))
 		err = unix.IoctlLoopConfigure(int(ld.Fd()), &cfg)
-		if errors.Is(err, unix.EBUSY) {
-			ld.Close()
-			continue
+		if err == nil {
+			return ld, dev, nil
 		}
-		if err != nil {
-			ld.Close()
-			return fmt.Errorf("setting up %s for %s: %w", dev, img, err)
-		}
-		err = unix.Mount(dev, mnt, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, mountData)
-		// Closing our descriptor leaves the mount as the device's only
-		// user, or (when the mount failed) no user: autoclear frees it.
 		ld.Close()
-		if err != nil {
-			return fmt.Errorf("mounting %s (%s) at %s: %w", img, dev, mnt, err)
+		if !errors.Is(err, unix.EBUSY) {
+			return nil, "", fmt.Errorf("setting up %s for %s: %w", dev, img, err)
 		}
-		return nil
+		time.Sleep(time.Duration(try+1) * time.Millisecond)
 	}
-	return fmt.Errorf("mounting %s: every free loop device was taken by someone else", img)
+	return nil, "", fmt.Errorf("mounting %s: every free loop device was taken by another process, 64 times", img)
 }
 
 // loopOf finds the loop device whose backing file is the file st

@@ -180,3 +180,39 @@ func TestQuotaTooSmall(t *testing.T) {
 		t.Error("a refused quota left an image")
 	}
 }
+
+// Many volumes made at once each get a loop device of their own (every
+// concurrent LOOP_CTL_GET_FREE names the same free device).
+func TestVolumesConcurrently(t *testing.T) {
+	requireDriver(t, Copy)
+	root, templates := t.TempDir(), t.TempDir()
+	const n = 32
+	errs := make(chan error, n)
+	dirs := make([]string, n)
+	for i := range n {
+		dirs[i] = filepath.Join(root, fmt.Sprint(i))
+		if err := os.Mkdir(dirs[i], 0o711); err != nil {
+			t.Fatal(err)
+		}
+		go func() { errs <- makeVolume(t.Context(), dirs[i], templates, 4<<20) }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	devs := map[uint64]string{}
+	for _, d := range dirs {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(d, volumeMount), &st); err != nil {
+			t.Fatal(err)
+		}
+		if other, dup := devs[st.Dev]; dup {
+			t.Errorf("%s and %s share a file system", d, other)
+		}
+		devs[st.Dev] = d
+		if err := unmountVolume(d); err != nil {
+			t.Error(err)
+		}
+	}
+}
