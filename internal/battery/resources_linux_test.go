@@ -37,6 +37,7 @@ func TestResources(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		t.Run("F36 fork bomb", func(t *testing.T) { testForkBomb(t, e) })
 		t.Run("F37 memory bomb", func(t *testing.T) { testMemoryBomb(t, e) })
+		t.Run("F37 commands go before the guest", func(t *testing.T) { testOOMOrder(t, e) })
 		t.Run("F38 tmp exhaustion", func(t *testing.T) { testTmpExhaustion(t, e) })
 		t.Run("F38 workspace exhaustion", func(t *testing.T) { testWorkspaceExhaustion(t, e) })
 		t.Run("F39 cpu, flood, escapes", func(t *testing.T) { testCPUAndFlood(t, e) })
@@ -178,6 +179,16 @@ func hostFree(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return int64(st.Bavail) * st.Bsize
+}
+
+// testOOMOrder: a command, and what it starts, is the OOM killer's first
+// choice in its sandbox, so that the guest outlives a memory bomb.
+func testOOMOrder(t *testing.T, e *env) {
+	x := e.newBox(t, small(e))
+	_, out, _ := x.sh(t, "cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'")
+	if out != "1000\n1000\n" {
+		t.Errorf("%s: the oom_score_adj of a command and its child: %q, want 1000 and 1000", e.name, out)
+	}
 }
 
 // testTmpExhaustion fills /tmp.

@@ -52,6 +52,10 @@ func RunReaper(args []string) int {
 	// Nothing but the three descriptors of each command reaches it, even
 	// if the guest (or what started it) leaked one to this process.
 	closeOnExecAbove(ctlFD)
+	// Opened while the reaper is still dumpable: once it is not, its /proc
+	// files belong to root and this user could not open them (see
+	// setOOMScore). Close-on-exec, like every file Go opens.
+	oomScoreAdj, _ = os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0)
 	// On the main thread, which stays locked: commands are forked from it
 	// and inherit its seccomp filter. Without a subreaper, orphans go to
 	// the guest, which then sweeps them itself (see Guest.sweepOrphans).
@@ -283,12 +287,19 @@ func startCommand(req *guest.ExecRequest, fds []int) (int, error) {
 	if env == nil {
 		env = []string{}
 	}
+	// The command and everything it starts are the OOM killer's first
+	// choice in the sandbox's memory cgroup, never the guest or a reaper:
+	// a memory-hungry fork bomb must not take the sandbox with it. The
+	// child inherits the reaper's score at fork; raising it needs no
+	// privilege, and lowering it back to 0 (its floor) neither.
+	setOOMScore("1000")
 	pid, err := syscall.ForkExec(path, req.Argv, &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
 		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
 		Sys:   sys,
 	})
+	setOOMScore("0")
 	if err != nil {
 		kind := guest.ErrKindStart
 		if err == syscall.ENOENT {
@@ -297,6 +308,18 @@ func startCommand(req *guest.ExecRequest, fds []int) (int, error) {
 		return 0, &guest.StartError{Argv0: argv0, Kind: kind, Reason: err.Error()}
 	}
 	return pid, nil
+}
+
+// oomScoreAdj is this reaper's /proc/self/oom_score_adj, open for writing;
+// nil where /proc does not offer it.
+var oomScoreAdj *os.File
+
+// setOOMScore sets this reaper's oom_score_adj; where it cannot, commands
+// keep the reaper's score.
+func setOOMScore(v string) {
+	if oomScoreAdj != nil {
+		oomScoreAdj.WriteAt([]byte(v), 0)
+	}
 }
 
 // lookPath finds file the way execvp does, in the PATH of env.
