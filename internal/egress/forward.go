@@ -234,11 +234,14 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, req *http.Request, ad
 	// Through a large buffer: the body then moves in big reads and writes
 	// instead of 32 KiB pairs, which is most of the proxy's cost on a
 	// bulk download.
-	bw := bufio.NewWriterSize(c, copyBuffer)
+	bw := bufWriters.Get().(*bufio.Writer)
+	bw.Reset(c)
 	werr := outResp.Write(bw)
 	if werr == nil {
 		werr = bw.Flush()
 	}
+	bw.Reset(nil)
+	bufWriters.Put(bw)
 	resp.Body.Close()
 	d.BytesDown = down.n.Load()
 
@@ -255,6 +258,9 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, req *http.Request, ad
 	d.BytesUp = body.n.Load()
 	return werr == nil && !closeAfter && (req.ContentLength == 0 || body.eof.Load())
 }
+
+// bufWriters recycles the large buffered writers of forwarded responses.
+var bufWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, copyBuffer) }}
 
 var errSwitched = errors.New("upstream switched protocols unasked")
 

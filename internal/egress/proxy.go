@@ -210,7 +210,20 @@ func New(opts Options) *Proxy {
 // client closes it, it idles out, a request is refused in a way that
 // leaves the stream unusable, a tunnel ends, or ctx is done. ServeConn
 // closes c before it returns.
+//
+// A unix connection is a connection on a sandbox's egress socket: it opens
+// as guest.EgressHandoff says, and may hand over the client's own socket,
+// which is then served instead.
 func (p *Proxy) ServeConn(ctx context.Context, c net.Conn, sandboxID string, allow Allowlist) {
+	if uc, ok := c.(*net.UnixConn); ok {
+		stop := context.AfterFunc(ctx, func() { uc.Close() })
+		conn, ok := p.openEgress(uc)
+		stop()
+		if !ok {
+			return
+		}
+		c = conn
+	}
 	p.serve(ctx, c, Sandbox{ID: sandboxID, Allow: allow})
 }
 
