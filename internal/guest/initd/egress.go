@@ -64,6 +64,12 @@ func (e *Egress) Serve(ctx context.Context, ln net.Listener) error {
 	defer wg.Wait()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	// A connection to the egress socket is made ahead of each client: on
+	// gVisor, connecting to a host socket is a round trip to the gofer.
+	fillCtx, stopFill := context.WithCancel(ctx)
+	defer stopFill()
+	spares := make(chan spareConn)
+	wg.Go(func() { e.fill(fillCtx, spares) })
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -79,7 +85,7 @@ func (e *Egress) Serve(ctx context.Context, ln net.Listener) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := e.relay(ctx, c); err != nil {
+			if err := e.relay(ctx, c, spares); err != nil {
 				log.Warn("egress relay", "error", err)
 			}
 		}()
@@ -93,12 +99,11 @@ func (e *Egress) Serve(ctx context.Context, ln net.Listener) error {
 // and stops offering for the connections after. Each direction's end of
 // data is passed on as a half-close, so a client that shuts down its
 // writing side still reads the whole answer.
-func (e *Egress) relay(ctx context.Context, c net.Conn) error {
+func (e *Egress) relay(ctx context.Context, c net.Conn, spares <-chan spareConn) error {
 	defer c.Close()
-	d := net.Dialer{Timeout: egressDialTimeout}
-	up, err := d.DialContext(ctx, "unix", e.Socket)
+	up, err := e.dial(ctx, spares)
 	if err != nil {
-		return fmt.Errorf("dialing the egress socket %s: %w", e.Socket, err)
+		return err
 	}
 	defer up.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close(); up.Close() })
@@ -113,8 +118,8 @@ func (e *Egress) relay(ctx context.Context, c net.Conn) error {
 		case errors.Is(err, errNoHandoff):
 			// Whether the marker went out is unknown: start over.
 			up.Close()
-			if up, err = d.DialContext(ctx, "unix", e.Socket); err != nil {
-				return fmt.Errorf("dialing the egress socket %s: %w", e.Socket, err)
+			if up, err = e.dial(ctx, spares); err != nil {
+				return err
 			}
 			defer up.Close()
 			mark = true
@@ -138,6 +143,59 @@ func (e *Egress) relay(ctx context.Context, c net.Conn) error {
 	closeWrite(c)
 	<-done
 	return nil
+}
+
+// spareMaxAge bounds how long a connection made ahead waits for its
+// client, well within the daemon's idle timeout for a connection that has
+// said nothing.
+const spareMaxAge = 20 * time.Second
+
+// spareConn is a connection to the egress socket made ahead of its client.
+type spareConn struct {
+	c  net.Conn
+	at time.Time
+}
+
+// fill keeps a connection to the egress socket ready on spares until ctx
+// ends.
+func (e *Egress) fill(ctx context.Context, spares chan<- spareConn) {
+	d := net.Dialer{Timeout: egressDialTimeout}
+	for {
+		c, err := d.DialContext(ctx, "unix", e.Socket)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		select {
+		case spares <- spareConn{c: c, at: time.Now()}:
+		case <-ctx.Done():
+			c.Close()
+			return
+		}
+	}
+}
+
+// dial returns a connection to the egress socket: the one made ahead when
+// it is fresh, else a new one.
+func (e *Egress) dial(ctx context.Context, spares <-chan spareConn) (net.Conn, error) {
+	select {
+	case s := <-spares:
+		if time.Since(s.at) < spareMaxAge {
+			return s.c, nil
+		}
+		s.c.Close()
+	default:
+	}
+	d := net.Dialer{Timeout: egressDialTimeout}
+	up, err := d.DialContext(ctx, "unix", e.Socket)
+	if err != nil {
+		return nil, fmt.Errorf("dialing the egress socket %s: %w", e.Socket, err)
+	}
+	return up, nil
 }
 
 // errNoHandoff is handoff's: the socket could not be handed over, and up
