@@ -2,8 +2,10 @@
 // sandbox.
 //
 // A sandbox has no network. The guest offers an HTTP proxy on loopback
-// inside it and relays each connection to the daemon, which hands it to
-// Proxy.ServeConn. For every request the proxy canonicalises the target host
+// inside it and passes each connection to the daemon, which hands it to
+// Proxy.ServeConn: the client's socket itself where the runtime can pass
+// descriptors over the egress socket, else a relay of its bytes (see
+// guest.EgressHandoff). For every request the proxy canonicalises the target host
 // once, refuses IP literals, checks the sandbox's allowlist, resolves the
 // name with its own resolver, refuses the request if any address is
 // internal (loopback, private, link-local, metadata, ...), dials exactly one
