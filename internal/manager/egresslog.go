@@ -24,70 +24,72 @@ const (
 	egressQueueMax = 8192
 )
 
-// egressLog is the queue of decisions not yet recorded and its writer.
+// egressLog is the queue of decisions not yet recorded. Its writer runs
+// while there is something to write and ends when the queue is empty.
 type egressLog struct {
 	mu      sync.Mutex
-	changed *sync.Cond // pending shrank, or the writer went idle
+	changed *sync.Cond // pending shrank, a batch is done, or the writer ended
 	pending []store.EgressRecord
-	writing bool // the writer holds a batch taken from pending
-	started bool
-	wake    chan struct{}
+	writing bool // a writer runs
+	// queued counts the decisions ever queued, done those the writer has
+	// finished with; the queue is first in, first out.
+	queued, done uint64
 }
 
-// enqueueEgress queues rec for the writer, which it starts on first use.
+// enqueueEgress queues rec and starts a writer unless one runs.
 func (m *Manager) enqueueEgress(rec store.EgressRecord) {
 	l := &m.egressLog
 	l.mu.Lock()
-	if !l.started {
-		l.started = true
+	defer l.mu.Unlock()
+	if l.changed == nil {
 		l.changed = sync.NewCond(&l.mu)
-		l.wake = make(chan struct{}, 1)
-		go m.writeEgress()
 	}
 	for len(l.pending) >= egressQueueMax {
 		l.changed.Wait()
 	}
 	l.pending = append(l.pending, rec)
-	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	l.queued++
+	if !l.writing {
+		l.writing = true
+		go m.writeEgress()
 	}
 }
 
 // FlushEgress returns once every decision queued before it was called is
-// committed (or failed to be, which is logged).
+// committed (or failed to be, which is logged), however many come after.
 func (m *Manager) FlushEgress() {
 	l := &m.egressLog
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for l.started && (len(l.pending) > 0 || l.writing) {
+	for target := l.queued; l.done < target; {
 		l.changed.Wait()
 	}
 }
 
-// writeEgress is the writer: it records whatever has queued up, a batch
-// per transaction, for as long as the process lives.
+// writeEgress is the writer: it records what has queued up, a batch per
+// transaction, until nothing is left. What queues while a batch commits
+// makes the next batch.
 func (m *Manager) writeEgress() {
 	l := &m.egressLog
-	for range l.wake {
-		for {
-			l.mu.Lock()
-			n := min(len(l.pending), egressBatchMax)
-			if n == 0 {
-				l.writing = false
-				l.changed.Broadcast()
-				l.mu.Unlock()
-				break
-			}
-			batch := make([]store.EgressRecord, n)
-			copy(batch, l.pending)
-			l.pending = append(l.pending[:0], l.pending[n:]...)
-			l.writing = true
+	for {
+		l.mu.Lock()
+		n := min(len(l.pending), egressBatchMax)
+		if n == 0 {
+			l.writing = false
 			l.changed.Broadcast()
 			l.mu.Unlock()
-			m.recordEgressBatch(batch)
+			return
 		}
+		batch := make([]store.EgressRecord, n)
+		copy(batch, l.pending)
+		l.pending = append(l.pending[:0], l.pending[n:]...)
+		l.changed.Broadcast()
+		l.mu.Unlock()
+		m.recordEgressBatch(batch)
+		l.mu.Lock()
+		l.done += uint64(n)
+		l.changed.Broadcast()
+		l.mu.Unlock()
 	}
 }
 
