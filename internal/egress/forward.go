@@ -198,8 +198,14 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, req *http.Request, ad
 		}
 		body.Close()
 		deadlineMu.Lock()
-		if err == nil && !headerRead {
+		switch {
+		case headerRead:
+		case err == nil:
 			_ = up.SetReadDeadline(time.Now().Add(p.idleTimeout))
+		default:
+			// The request did not all go: an upstream that stopped reading
+			// may have answered already, but no answer is coming later.
+			_ = up.SetReadDeadline(time.Now().Add(time.Second))
 		}
 		deadlineMu.Unlock()
 		wrote <- err
