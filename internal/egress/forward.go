@@ -117,34 +117,18 @@ func (p *Proxy) refuseRequest(c net.Conn, req *http.Request, ref *refusal, d *De
 
 // roundTrip sends req to exactly the checked addresses and streams the
 // answer back to c.
+//
+// It speaks HTTP/1.1 to the upstream itself, on one connection made for
+// this request alone (nothing is pooled across requests, so no connection
+// made for one checked address serves another): the request is written
+// while the answer is read, as a transport does, and a large body of known
+// length moves from socket to socket in the kernel (splice) when c allows
+// it, without passing through the daemon's memory.
 func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, req *http.Request, addrs []netip.Addr, d *Decision) bool {
 	hostport := d.Host
 	if d.Port != 80 {
 		hostport = net.JoinHostPort(d.Host, strconv.Itoa(d.Port))
 	}
-	var (
-		mu     sync.Mutex
-		dialed netip.AddrPort
-	)
-	// One transport per request: nothing is pooled across requests, so no
-	// connection made for one checked address serves another. The address
-	// the transport asks for is ignored.
-	tr := &http.Transport{
-		Proxy: nil, // never the daemon's HTTP_PROXY
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			conn, ap, err := p.dial(ctx, addrs, d.Port)
-			mu.Lock()
-			dialed = ap
-			mu.Unlock()
-			return conn, err
-		},
-		DisableKeepAlives:      true,
-		DisableCompression:     true, // pass Accept-Encoding and bodies through as they are
-		MaxResponseHeaderBytes: maxHeaderBytes,
-		ResponseHeaderTimeout:  p.idleTimeout,
-	}
-	defer tr.CloseIdleConnections()
-
 	body := &countingBody{r: req.Body, closed: make(chan struct{})}
 	out := &http.Request{
 		Method: req.Method,
@@ -161,18 +145,34 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, req *http.Request, ad
 		Header:        cleanHeader(req.Header),
 		ContentLength: req.ContentLength,
 		Host:          hostport,
+		Close:         true, // one request per upstream connection
 	}
 	if req.ContentLength != 0 {
 		out.Body = body
 	} else {
-		close(body.closed)
+		body.Close()
 	}
-	// Without a User-Agent the transport adds Go's own; the upstream should
-	// see the client's, or none.
+	// Without a User-Agent the request would carry Go's own; the upstream
+	// should see the client's, or none.
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = []string{""}
 	}
-	out = out.WithContext(ctx)
+
+	fail := func(err error) bool {
+		p.log.DebugContext(ctx, "egress upstream failed", logSandbox, d.SandboxID, logHost, d.Host, logErr, err)
+		d.BytesUp = body.n.Load()
+		d.Reason = reasonUpstream
+		p.writeRefusal(c, http.StatusBadGateway, reasonUpstream, req.Method == http.MethodHead, true)
+		return false
+	}
+	up, addr, err := p.dial(ctx, addrs, d.Port)
+	d.Addr = addr
+	if err != nil {
+		return fail(err)
+	}
+	defer up.Close()
+	stop := context.AfterFunc(ctx, func() { up.Close() })
+	defer stop()
 
 	// The client holds its body back for "Expect: 100-continue" (the
 	// header is not forwarded); every check has passed, so let it come.
@@ -182,21 +182,60 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, req *http.Request, ad
 		_ = c.SetWriteDeadline(time.Time{})
 	}
 
-	resp, err := tr.RoundTrip(out)
-	mu.Lock()
-	d.Addr = dialed
-	mu.Unlock()
+	// The request goes out while the answer is read: an upstream may
+	// answer before it has read the whole body. The answer's header must
+	// come within IdleTimeout of the request's end.
+	var (
+		deadlineMu sync.Mutex
+		headerRead bool
+	)
+	wrote := make(chan error, 1)
+	go func() {
+		bw := bufio.NewWriterSize(up, 16<<10)
+		err := out.Write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		body.Close()
+		deadlineMu.Lock()
+		switch {
+		case headerRead:
+		case err == nil:
+			_ = up.SetReadDeadline(time.Now().Add(p.idleTimeout))
+		default:
+			// The request did not all go: an upstream that stopped reading
+			// may have answered already, but no answer is coming later.
+			_ = up.SetReadDeadline(time.Now().Add(time.Second))
+		}
+		deadlineMu.Unlock()
+		wrote <- err
+	}()
+	lim := &headerLimiter{r: up, n: maxHeaderBytes}
+	br := bufio.NewReaderSize(lim, 16<<10)
+	var resp *http.Response
+	for {
+		if resp, err = http.ReadResponse(br, out); err != nil {
+			break
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		// An interim answer (100 Continue, 103 Early Hints) is dropped, as
+		// a transport drops it; the header limit covers them all.
+	}
+	deadlineMu.Lock()
+	headerRead = true
+	_ = up.SetReadDeadline(time.Time{})
+	deadlineMu.Unlock()
+	lim.set(-1)
 	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
 		// No Upgrade was sent; an upstream that switches anyway gets cut.
-		resp.Body.Close()
 		err = errSwitched
 	}
 	if err != nil {
-		p.log.DebugContext(ctx, "egress upstream failed", logSandbox, d.SandboxID, logHost, d.Host, logErr, err)
-		d.BytesUp = body.n.Load()
-		d.Reason = reasonUpstream
-		p.writeRefusal(c, http.StatusBadGateway, reasonUpstream, req.Method == http.MethodHead, true)
-		return false
+		up.Close() // ends the request's writing too
+		<-wrote
+		return fail(err)
 	}
 	d.Allowed, d.Reason = true, reasonAllowed
 
@@ -208,8 +247,8 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, req *http.Request, ad
 	closeAfter := req.Close || (resp.ContentLength < 0 && (!chunked || req.ProtoMinor == 0))
 	length := resp.ContentLength
 	if req.Method == http.MethodHead {
-		// The transport reports a HEAD body as empty; the client should
-		// still learn the length the upstream announced.
+		// The reader reports a HEAD body as empty; the client should still
+		// learn the length the upstream announced.
 		closeAfter = req.Close
 		length = -1
 		if cl, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64); err == nil && cl >= 0 {
@@ -232,21 +271,26 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, req *http.Request, ad
 		outResp.TransferEncoding = []string{"chunked"}
 	}
 	// Through a large buffer: the body then moves in big reads and writes
-	// instead of 32 KiB pairs, which is most of the proxy's cost on a
-	// bulk download.
-	bw := bufio.NewWriterSize(c, copyBuffer)
-	werr := outResp.Write(bw)
-	if werr == nil {
-		werr = bw.Flush()
+	// instead of 32 KiB pairs.
+	bw := bufWriters.Get().(*bufio.Writer)
+	bw.Reset(c)
+	var werr error
+	if rf, ok := c.(io.ReaderFrom); ok && req.Method != http.MethodHead && !chunked && length >= spliceMin {
+		werr = p.spliceBody(bw, rf, outResp, br, up, length, &d.BytesDown)
+	} else {
+		werr = outResp.Write(bw)
+		if werr == nil {
+			werr = bw.Flush()
+		}
+		d.BytesDown = down.n.Load()
 	}
-	resp.Body.Close()
-	d.BytesDown = down.n.Load()
+	bw.Reset(nil)
+	bufWriters.Put(bw)
 
-	// The transport closes the request body when it is done with it,
-	// perhaps after RoundTrip returned. Until then it may still read from
-	// the client's stream, which must not be read for a next request.
+	// The request's body may still be on its way; until it is sent, the
+	// client's stream must not be read for a next request.
 	select {
-	case <-body.closed:
+	case <-wrote:
 	case <-ctx.Done():
 		return false
 	case <-time.After(p.headerTimeout):
@@ -256,7 +300,41 @@ func (p *Proxy) roundTrip(ctx context.Context, c net.Conn, req *http.Request, ad
 	return werr == nil && !closeAfter && (req.ContentLength == 0 || body.eof.Load())
 }
 
+// spliceMin is the least body length worth splicing.
+const spliceMin = 64 << 10
+
+// spliceBody writes resp's header to bw, then its body of length bytes:
+// what br already holds, then the rest straight from up to the client
+// (rf), which splices socket to socket. *down counts the body's bytes.
+func (p *Proxy) spliceBody(bw *bufio.Writer, rf io.ReaderFrom, resp *http.Response, br *bufio.Reader, up net.Conn, length int64, down *int64) error {
+	// The header alone: written as the answer to a HEAD, which announces
+	// the length and carries no body.
+	hdr := *resp
+	hdr.Body = nil
+	hdr.Request = &http.Request{Method: http.MethodHead}
+	if err := hdr.Write(bw); err != nil {
+		return err
+	}
+	head, _ := br.Peek(int(min(int64(br.Buffered()), length)))
+	if _, err := bw.Write(head); err != nil {
+		return err
+	}
+	*down = int64(len(head))
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	n, err := rf.ReadFrom(&io.LimitedReader{R: up, N: length - *down})
+	*down += n
+	if err == nil && *down < length {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
 var errSwitched = errors.New("upstream switched protocols unasked")
+
+// bufWriters recycles the large buffered writers of forwarded responses.
+var bufWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, copyBuffer) }}
 
 // cleanHeader copies h without hop-by-hop headers, the headers that
 // Connection names, Proxy-* headers (credentials for this proxy must not

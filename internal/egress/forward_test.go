@@ -535,3 +535,50 @@ func TestZeroOptions(t *testing.T) {
 		t.Errorf("New(Options{}) timeouts %v %v %v", p.dialTimeout, p.headerTimeout, p.idleTimeout)
 	}
 }
+
+// A body long enough to be spliced carries exactly its announced length:
+// what an upstream sends beyond it never reaches the client, where it
+// would be read as the answer to the next request.
+func TestForwardSplicedBodyExactLength(t *testing.T) {
+	const length = 200_000
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", length)
+				c.Write(bytes.Repeat([]byte("a"), length))
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\ninjected"))
+				io.Copy(io.Discard, br) // open until the proxy closes it
+			}()
+		}
+	}()
+	e := newEnv(t, nil)
+	e.res.set(allowedHost, []netip.Addr{loopback4})
+	port := ln.Addr().(*net.TCPAddr).Port
+	target := net.JoinHostPort(allowedHost, strconv.Itoa(port))
+	c := e.serve(t.Context(), sandbox(allowSet{target}))
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		resp := roundTrip(t, c, br, "GET http://"+target+"/ HTTP/1.1\r\n\r\n", "GET")
+		body := readBody(t, resp)
+		if resp.StatusCode != 200 || body != strings.Repeat("a", length) {
+			t.Fatalf("request %d: status %d, %d bytes (%q...)", i, resp.StatusCode, len(body), body[:min(len(body), 20)])
+		}
+		if d := e.next(); !d.Allowed || d.BytesDown != length {
+			t.Errorf("request %d: decision %+v, want %d bytes down", i, d, length)
+		}
+	}
+}

@@ -2,8 +2,10 @@
 // sandbox.
 //
 // A sandbox has no network. The guest offers an HTTP proxy on loopback
-// inside it and relays each connection to the daemon, which hands it to
-// Proxy.ServeConn. For every request the proxy canonicalises the target host
+// inside it and passes each connection to the daemon, which hands it to
+// Proxy.ServeConn: the client's socket itself where the runtime can pass
+// descriptors over the egress socket, else a relay of its bytes (see
+// guest.EgressHandoff). For every request the proxy canonicalises the target host
 // once, refuses IP literals, checks the sandbox's allowlist, resolves the
 // name with its own resolver, refuses the request if any address is
 // internal (loopback, private, link-local, metadata, ...), dials exactly one
@@ -210,7 +212,20 @@ func New(opts Options) *Proxy {
 // client closes it, it idles out, a request is refused in a way that
 // leaves the stream unusable, a tunnel ends, or ctx is done. ServeConn
 // closes c before it returns.
+//
+// A unix connection is a connection on a sandbox's egress socket: it opens
+// as guest.EgressHandoff says, and may hand over the client's own socket,
+// which is then served instead.
 func (p *Proxy) ServeConn(ctx context.Context, c net.Conn, sandboxID string, allow Allowlist) {
+	if uc, ok := c.(*net.UnixConn); ok {
+		stop := context.AfterFunc(ctx, func() { uc.Close() })
+		conn, ok := p.openEgress(uc)
+		stop()
+		if !ok {
+			return
+		}
+		c = conn
+	}
 	p.serve(ctx, c, Sandbox{ID: sandboxID, Allow: allow})
 }
 

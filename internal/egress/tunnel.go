@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -115,6 +116,11 @@ func (p *Proxy) tunnel(ctx context.Context, c net.Conn, br *bufio.Reader, req *h
 // copyBuffer is the size of the buffers that carry bulk data.
 const copyBuffer = 256 << 10
 
+// copyBuffers recycles the buffers of tunnels and forwarded responses: a
+// burst of short connections would otherwise allocate, and make the
+// collector sweep, two of them per connection.
+var copyBuffers = sync.Pool{New: func() any { return new([copyBuffer]byte) }}
+
 // splice copies both ways between client and up until both directions are
 // done, and returns the bytes carried each way.
 func (p *Proxy) splice(client, up net.Conn) (bytesUp, bytesDown int64) {
@@ -144,7 +150,9 @@ func (p *Proxy) splice(client, up net.Conn) (bytesUp, bytesDown int64) {
 // too. A direction that is only quiet is kept while the other one moves:
 // the tunnel idles out only when neither has moved for IdleTimeout.
 func (p *Proxy) pipe(dst, src net.Conn, last *atomic.Int64) int64 {
-	buf := make([]byte, copyBuffer)
+	pb := copyBuffers.Get().(*[copyBuffer]byte)
+	defer copyBuffers.Put(pb)
+	buf := pb[:]
 	var n int64
 	// Deadlines are moved at most every quarter of the idle timeout (a
 	// second at most): re-arming two timers per read is a measurable

@@ -58,6 +58,8 @@ type egressServer struct {
 	ln     net.Listener
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// flush waits until the decisions reported so far are recorded.
+	flush func()
 }
 
 // serveEgress starts the egress socket of sandbox sb in runDir.
@@ -81,7 +83,7 @@ func (m *Manager) serveEgress(sb store.Sandbox, runDir string, allow Allowlist) 
 		return nil, fmt.Errorf("sandbox %s: egress socket: %w", sb.ID, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &egressServer{ln: ln, cancel: cancel}
+	s := &egressServer{ln: ln, cancel: cancel, flush: m.FlushEgress}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -104,7 +106,8 @@ func (m *Manager) serveEgress(sb store.Sandbox, runDir string, allow Allowlist) 
 	return s, nil
 }
 
-// close stops accepting, ends every open tunnel, and waits for them.
+// close stops accepting, ends every open tunnel, waits for them, and
+// then for their decisions to be in the event log.
 func (s *egressServer) close() {
 	if s == nil {
 		return
@@ -112,6 +115,7 @@ func (s *egressServer) close() {
 	s.cancel()
 	s.ln.Close()
 	s.wg.Wait()
+	s.flush()
 }
 
 // RecordEgress records one decision of the egress proxy in the event log:
@@ -135,15 +139,17 @@ func (m *Manager) RecordEgress(d EgressDecision) {
 			task = w.Task
 		}
 	}
-	ev := store.Event{Actor: "sandbox", Type: typ, WorkspaceID: wsID, SandboxID: d.SandboxID}
-	detail := map[string]any{"method": d.Method, "host": d.Host, "port": d.Port, "addr": d.Addr, "reason": d.Reason,
-		"bytes_up": d.BytesUp, "bytes_down": d.BytesDown, "duration_ms": d.Duration.Milliseconds()}
-	if d.BytesUp == 0 && d.BytesDown == 0 {
-		m.event(context.Background(), ev, detail)
-		return
+	now := time.Now().UTC()
+	ev := eventRecord(context.Background(), store.Event{Time: now, Actor: "sandbox", Type: typ, WorkspaceID: wsID, SandboxID: d.SandboxID},
+		map[string]any{"method": d.Method, "host": d.Host, "port": d.Port, "addr": d.Addr, "reason": d.Reason,
+			"bytes_up": d.BytesUp, "bytes_down": d.BytesDown, "duration_ms": d.Duration.Milliseconds()})
+	rec := store.EgressRecord{Event: ev}
+	if d.BytesUp != 0 || d.BytesDown != 0 {
+		// What moved is metered with the event, in one commit.
+		rec.Usage = &store.EgressUsage{Time: now, SandboxID: d.SandboxID, WorkspaceID: wsID, Task: task, BytesUp: d.BytesUp, BytesDown: d.BytesDown}
 	}
-	// What moved is metered with the event, in one commit.
-	m.recordEgressUsage(d, wsID, task, eventRecord(context.Background(), ev, detail))
+	// Committed by the egress log's writer, off the proxy's path.
+	m.enqueueEgress(rec)
 }
 
 // proxyEnv is what a command of a sandbox with egress finds in its

@@ -63,6 +63,14 @@ func (s notifyingStore) RecordEgress(ctx context.Context, u store.EgressUsage, e
 	return e, err
 }
 
+func (s notifyingStore) RecordEgressBatch(ctx context.Context, recs []store.EgressRecord) error {
+	err := s.Store.RecordEgressBatch(ctx, recs)
+	if err == nil {
+		s.bus.notify()
+	}
+	return err
+}
+
 func (s notifyingStore) AppendEvent(ctx context.Context, e store.Event) (store.Event, error) {
 	e, err := s.Store.AppendEvent(ctx, e)
 	if err == nil {

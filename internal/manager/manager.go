@@ -160,6 +160,8 @@ type Manager struct {
 	events *eventBus
 	// pool holds the warm pools' ready environments.
 	pool *warmPool
+	// egressLog queues the egress proxy's decisions for the event log.
+	egressLog egressLog
 
 	// failAt, when set by tests, is called at each named step of a
 	// multi-step operation and may return an error to inject a failure.

@@ -43,6 +43,9 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	// Every stopped sandbox's decisions are committed; so are those of
+	// any that failed to stop.
+	m.FlushEgress()
 	if failed > 0 {
 		return fmt.Errorf("stopping sandboxes at shutdown: %d of %d not stopped (the next start marks them lost)", failed, len(ids))
 	}

@@ -79,17 +79,6 @@ func (m *Manager) recordCgroupUsage(ctx context.Context, sb store.Sandbox) {
 	}
 }
 
-// recordEgressUsage adds an egress connection's bytes to its sandbox and
-// records its decision's event ev.
-func (m *Manager) recordEgressUsage(d EgressDecision, wsID, task string, ev store.Event) {
-	ctx := context.Background()
-	_, err := m.st.RecordEgress(ctx, store.EgressUsage{Time: time.Now().UTC(), SandboxID: d.SandboxID, WorkspaceID: wsID,
-		Task: task, BytesUp: d.BytesUp, BytesDown: d.BytesDown}, ev)
-	if err != nil {
-		m.log.WarnContext(ctx, "recording egress usage", KeySandbox, d.SandboxID, "err", err)
-	}
-}
-
 // execEvent is the exec.finished event of rec, with its usage. err is
 // what running it returned.
 func execEvent(ctx context.Context, rec store.Exec, err error) store.Event {

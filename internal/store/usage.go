@@ -15,6 +15,10 @@ type UsageStore interface {
 	// totals and to the time-stamped ledger that UsageByTask reads, and
 	// appends ev (the decision's event), in one transaction.
 	RecordEgress(ctx context.Context, e EgressUsage, ev Event) (Event, error)
+	// RecordEgressBatch records many egress decisions in one transaction,
+	// in order: for each, its usage as RecordEgress does when Usage is set,
+	// and its event. Either all of them are recorded or none is.
+	RecordEgressBatch(ctx context.Context, recs []EgressRecord) error
 	// SetSandboxCgroupUsage records what the environment's cgroup counted
 	// for sandbox id (read when it stops).
 	SetSandboxCgroupUsage(ctx context.Context, id string, cpuNanos, peakMemBytes int64) error
@@ -23,6 +27,14 @@ type UsageStore interface {
 	SandboxUsage(ctx context.Context, id string) (SandboxUsage, error)
 	// UsageByTask sums usage per task label, ordered by task.
 	UsageByTask(ctx context.Context, f UsageFilter) ([]TaskUsage, error)
+}
+
+// EgressRecord is one egress decision to record: the bytes it moved,
+// when it moved any, and its event.
+type EgressRecord struct {
+	// Usage is nil for a decision that moved nothing.
+	Usage *EgressUsage
+	Event Event
 }
 
 // EgressUsage is one egress connection of a sandbox.

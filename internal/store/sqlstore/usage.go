@@ -43,6 +43,45 @@ func (s *Store) RecordEgress(ctx context.Context, e store.EgressUsage, ev store.
 	return ev, classify(tx.Commit(), what)
 }
 
+// RecordEgressBatch records recs in one transaction, one commit: under
+// a steady stream of decisions, the egress log costs a commit per batch
+// instead of one per connection.
+func (s *Store) RecordEgressBatch(ctx context.Context, recs []store.EgressRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	what := fmt.Sprintf("%d egress decisions", len(recs))
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err, what)
+	}
+	defer tx.Rollback()
+	for _, r := range recs {
+		ev := r.Event
+		if ev.Time.IsZero() {
+			ev.Time = time.Now().UTC()
+		}
+		if e := r.Usage; e != nil {
+			if e.Time.IsZero() {
+				e.Time = ev.Time
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO egress_usage (at, sandbox_id, workspace_id, task, bytes_up, bytes_down) VALUES ($1,$2,$3,$4,$5,$6)`,
+				ts(e.Time), e.SandboxID, e.WorkspaceID, e.Task, e.BytesUp, e.BytesDown); err != nil {
+				return classify(err, "egress usage of sandbox "+e.SandboxID)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET egress_bytes_up = egress_bytes_up + $2, egress_bytes_down = egress_bytes_down + $3 WHERE id = $1`,
+				e.SandboxID, e.BytesUp, e.BytesDown); err != nil {
+				return classify(err, "egress usage of sandbox "+e.SandboxID)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, actor, type, repo_id, workspace_id, sandbox_id, detail) VALUES ($1,$2,$3,$4,$5,$6,$7)`,
+			ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail); err != nil {
+			return classify(err, "event "+ev.Type)
+		}
+	}
+	return classify(tx.Commit(), what)
+}
+
 func (s *Store) SetSandboxCgroupUsage(ctx context.Context, id string, cpuNanos, peakMemBytes int64) error {
 	return execOne(ctx, s.db, "sandbox "+id, `UPDATE sandboxes SET cgroup_cpu_ns=$2, cgroup_peak_mem_bytes=$3 WHERE id=$1`, id, cpuNanos, peakMemBytes)
 }

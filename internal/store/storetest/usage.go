@@ -52,16 +52,27 @@ func testUsage(t *testing.T, s store.Store) {
 			t.Fatalf("GetExec %s = task %q wall %d, %v", r.id, got.Task, got.WallNanos, err)
 		}
 	}
-	for _, e := range []store.EgressUsage{
-		{Time: base.Add(5 * time.Minute), SandboxID: "sb_a", WorkspaceID: "ws_a", Task: "alpha", BytesUp: 10, BytesDown: 100},
-		{Time: base.Add(15 * time.Minute), SandboxID: "sb_a", WorkspaceID: "ws_a", Task: "alpha", BytesUp: 1, BytesDown: 2},
+	rev, err := s.RecordEgress(ctx, store.EgressUsage{Time: base.Add(5 * time.Minute), SandboxID: "sb_a", WorkspaceID: "ws_a", Task: "alpha", BytesUp: 10, BytesDown: 100},
+		store.Event{Actor: "sandbox", Type: "egress.allowed", SandboxID: "sb_a"})
+	if err != nil || rev.ID == 0 || rev.Time.IsZero() {
+		t.Fatalf("RecordEgress = %+v, %v", rev, err)
+	}
+	// A batch counts as its decisions one by one would; a decision that
+	// moved nothing is only its event.
+	batch := []store.EgressRecord{
+		{Usage: &store.EgressUsage{Time: base.Add(15 * time.Minute), SandboxID: "sb_a", WorkspaceID: "ws_a", Task: "alpha", BytesUp: 1, BytesDown: 2},
+			Event: store.Event{Actor: "sandbox", Type: "egress.allowed", SandboxID: "sb_a"}},
+		{Event: store.Event{Actor: "sandbox", Type: "egress.denied", SandboxID: "sb_a"}},
 		// A sandbox whose row is gone still counts for its task.
-		{Time: base.Add(15 * time.Minute), SandboxID: "sb_gone", WorkspaceID: "ws_gone", Task: "gamma", BytesUp: 3, BytesDown: 4},
-	} {
-		ev, err := s.RecordEgress(ctx, e, store.Event{Actor: "sandbox", Type: "egress.allowed", SandboxID: e.SandboxID})
-		if err != nil || ev.ID == 0 || ev.Time.IsZero() {
-			t.Fatalf("RecordEgress = %+v, %v", ev, err)
-		}
+		{Usage: &store.EgressUsage{Time: base.Add(15 * time.Minute), SandboxID: "sb_gone", WorkspaceID: "ws_gone", Task: "gamma", BytesUp: 3, BytesDown: 4},
+			Event: store.Event{Actor: "sandbox", Type: "egress.allowed", SandboxID: "sb_gone"}},
+	}
+	if err := s.RecordEgressBatch(ctx, batch); err != nil {
+		t.Fatalf("RecordEgressBatch: %v", err)
+	}
+	sbEvents, err := s.ListEvents(ctx, store.EventFilter{SandboxID: "sb_a"})
+	if err != nil || len(sbEvents) != 3 || sbEvents[2].Type != "egress.denied" || sbEvents[2].Time.IsZero() {
+		t.Fatalf("events of sb_a after a batch = %+v, %v; want 3, the denial last", sbEvents, err)
 	}
 
 	all, err := s.UsageByTask(ctx, store.UsageFilter{})
