@@ -124,6 +124,13 @@ type WarmPool struct {
 	Image string `json:"image"`
 	// Size is how many environments are kept ready.
 	Size int `json:"size"`
+	// CPUs, Memory, Pids and Tmp are the pool's policy class (empty: the
+	// defaults): only a sandbox asking for exactly these limits takes one
+	// of its environments.
+	CPUs   float64         `json:"cpus"`
+	Memory policy.ByteSize `json:"memory"`
+	Pids   int64           `json:"pids"`
+	Tmp    policy.ByteSize `json:"tmp"`
 }
 
 // DefaultDataDir is /var/lib/agentbox for root, else

@@ -252,7 +252,8 @@ func evictionInterval(idle, maxAge time.Duration) time.Duration {
 func warmPools(cfg config.Config) []manager.PoolSpec {
 	var out []manager.PoolSpec
 	for _, p := range cfg.WarmPool {
-		out = append(out, manager.PoolSpec{Backend: p.Backend, Image: p.Image, Size: p.Size})
+		out = append(out, manager.PoolSpec{Backend: p.Backend, Image: p.Image, Size: p.Size,
+			Limits: sandbox.Limits{CPUs: p.CPUs, MemoryBytes: int64(p.Memory), Pids: p.Pids, TmpBytes: int64(p.Tmp)}})
 	}
 	return out
 }

@@ -51,6 +51,10 @@ type PoolSpec struct {
 	Image string `json:"image"`
 	// Size is how many environments are kept ready.
 	Size int `json:"size"`
+	// Limits are the pool's policy class: its environments start with
+	// them (zero fields: the defaults), and only a sandbox asking for the
+	// same limits (by its spec or its policy's limits) takes one.
+	Limits sandbox.Limits `json:"limits"`
 }
 
 // PoolObserver is implemented by an Observer that also wants the warm
@@ -174,7 +178,7 @@ func (m *Manager) startPool(ctx context.Context) error {
 		if ps.Size == 0 {
 			continue
 		}
-		spec, err := m.specFor(sandbox.Spec{Backend: ps.Backend, Image: ps.Image})
+		spec, err := m.specFor(sandbox.Spec{Backend: ps.Backend, Image: ps.Image, Limits: ps.Limits})
 		if err != nil {
 			// A backend missing on this host leaves its pool empty, as it
 			// leaves its creations failing: the daemon still serves.
@@ -183,7 +187,7 @@ func (m *Manager) startPool(ctx context.Context) error {
 		}
 		key, _ := classKey(spec)
 		if seen[key] {
-			return errdefs.Invalid("warm pool %d: backend %s image %s is configured twice", i, spec.Backend, spec.Image)
+			return errdefs.Invalid("warm pool %d: backend %s image %s with limits %+v is configured twice", i, spec.Backend, spec.Image, spec.Limits)
 		}
 		seen[key] = true
 		be, _ := m.backend(spec.Backend)

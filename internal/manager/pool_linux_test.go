@@ -388,3 +388,39 @@ func TestWarmPoolSurvivesReconcile(t *testing.T) {
 		t.Errorf("a claimed sandbox without its guest is %s after reconcile, want lost", sb.State)
 	}
 }
+
+// A pool's limits are its policy class: a sandbox whose policy asks for
+// them takes a pooled environment, one with the defaults starts cold.
+func TestWarmPoolPolicyClass(t *testing.T) {
+	h, _ := sandboxHarness(t)
+	base := h.configure
+	h.configure = func(c *Config) {
+		base(c)
+		c.WarmPool = []PoolSpec{{Backend: "docker", Image: testImage, Size: 1, Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 128}}}
+	}
+	h.reopen()
+	t.Cleanup(func() {
+		if h.m != nil {
+			if err := h.m.StopPool(context.Background()); err != nil {
+				t.Errorf("StopPool: %v", err)
+			}
+		}
+	})
+	ctx := t.Context()
+	pooled := waitReady(t, h, 1)
+	cold, err := h.m.CreateSandbox(ctx, h.create(CreateRequest{Repo: h.repo.ID}).ID, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(pooled, cold.ID) {
+		t.Errorf("a sandbox with the default limits took the pool's environment of another class")
+	}
+	classed := sandbox.Spec{Policy: &policy.Policy{Limits: policy.Limits{Memory: 256 << 20, Pids: 128}}}
+	hit, err := h.m.CreateSandbox(ctx, h.create(CreateRequest{Repo: h.repo.ID}).ID, classed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pooled, hit.ID) {
+		t.Errorf("a sandbox whose policy asks for the pool's limits started cold (%s, pool had %v)", hit.ID, pooled)
+	}
+}
