@@ -163,6 +163,10 @@ func TestCanonicalHost(t *testing.T) {
 		{in: "169.254.169.254", wantErr: "IP addresses are not allowed"},
 		{in: "[fd00::1]", wantErr: "IP addresses are not allowed"},
 		{in: "", wantErr: "empty host"},
+		// Mapped to a label IDNA then refuses (found by FuzzCanonicalHost):
+		// a name is canonical only if its canonical form is.
+		{in: "ℵA.com", wantErr: "its IDNA form xn--a-zhc is not valid"},
+		{in: "xn--a-zhc.com", wantErr: "not a valid international (xn--) label"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -36,6 +36,18 @@ func labelToASCII(label string) (string, string) {
 	case len(a) > maxLabelBytes:
 		return "", fmt.Sprintf("longer than %d bytes", maxLabelBytes)
 	}
+	// The canonical form must itself be canonical: IDNA checks some rules
+	// (bidi) on what it is given, not on what mapping made of it, so
+	// "ℵA" maps to "xn--a-zhc", which decodes to a label it refuses.
+	if a != label {
+		if again, err := idna.Lookup.ToASCII(a); err != nil || again != a {
+			reason := "it changes again"
+			if err != nil {
+				reason = idnaReason(err)
+			}
+			return "", fmt.Sprintf("not a valid host name label (its IDNA form %s is not valid: %s)", a, reason)
+		}
+	}
 	return a, ""
 }
 
