@@ -49,10 +49,7 @@ func (c *cli) benchWorkspaceCmd() *cobra.Command {
 		Short: "ws create (overlay, copy) vs git clone --shared and git worktree add; ws fork (runs in-process, as root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var progress io.Writer = c.stderr
-			if c.json {
-				progress = nil
-			}
+			progress := c.benchProgress()
 			res, err := bench.Workspace(cmd.Context(), opts, progress)
 			if err != nil {
 				return err
@@ -93,10 +90,7 @@ func (c *cli) benchSandboxCmd(use, short string, runs int, run func(context.Cont
 			}
 			opts.ImagesDir = filepath.Join(cfg.DataDir, "images")
 			opts.DockerHost = cfg.DockerHost
-			var progress io.Writer = c.stderr
-			if c.json {
-				progress = nil
-			}
+			progress := c.benchProgress()
 			res, print, err := run(cmd.Context(), opts, progress)
 			if err != nil {
 				return err

@@ -37,21 +37,11 @@ func (c *cli) benchLoadCmd() *cobra.Command {
 			if opts.DaemonOptions, err = daemonOptions(image); err != nil {
 				return err
 			}
-			var progress io.Writer = c.stderr
-			if c.json {
-				progress = nil
-			}
-			res, err := bench.Load(cmd.Context(), opts, progress)
+			res, err := bench.Load(cmd.Context(), opts, c.benchProgress())
 			if err != nil {
 				return err
 			}
-			if err := c.emit(map[string]any{"id": "bench-load", "result": res}, res.Print); err != nil {
-				return err
-			}
-			if !res.OK() {
-				return exitError{1}
-			}
-			return nil
+			return c.emitChecked("bench-load", res)
 		},
 	}
 	fl := cmd.Flags()
@@ -73,21 +63,11 @@ func (c *cli) benchDensityCmd() *cobra.Command {
 			if opts.DaemonOptions, err = daemonOptions(image); err != nil {
 				return err
 			}
-			var progress io.Writer = c.stderr
-			if c.json {
-				progress = nil
-			}
-			res, err := bench.Density(cmd.Context(), opts, progress)
+			res, err := bench.Density(cmd.Context(), opts, c.benchProgress())
 			if err != nil {
 				return err
 			}
-			if err := c.emit(map[string]any{"id": "bench-density", "result": res}, res.Print); err != nil {
-				return err
-			}
-			if !res.OK() {
-				return exitError{1}
-			}
-			return nil
+			return c.emitChecked("bench-density", res)
 		},
 	}
 	fl := cmd.Flags()
@@ -96,4 +76,30 @@ func (c *cli) benchDensityCmd() *cobra.Command {
 	fl.IntVar(&opts.Parallel, "parallel", bench.DefaultDensityParallel, "sandboxes created at once")
 	fl.StringVar(&image, "image", bench.DefaultImage, "image of the docker sandboxes (must be in the engine)")
 	return cmd
+}
+
+// benchProgress is where a benchmark writes its progress: stderr, or
+// nowhere with --json.
+func (c *cli) benchProgress() io.Writer {
+	if c.json {
+		return nil
+	}
+	return c.stderr
+}
+
+// checkedResult is a benchmark result with targets it meets or not.
+type checkedResult interface {
+	Print(io.Writer)
+	OK() bool
+}
+
+// emitChecked prints res and exits 1 when it misses a target.
+func (c *cli) emitChecked(id string, res checkedResult) error {
+	if err := c.emit(map[string]any{"id": id, "result": res}, res.Print); err != nil {
+		return err
+	}
+	if !res.OK() {
+		return exitError{1}
+	}
+	return nil
 }
