@@ -33,7 +33,9 @@ const mountData = "noinit_itable,discard"
 // while the kernel runs down an autocleared device in the background. So,
 // as mount(8) does, a device already backed by img is mounted again (the
 // same super block, if it lives); one that is going away is waited for.
-func mountImage(img, mnt string) error {
+// When fresh (img was just made) no device can hold it, and none is
+// looked for.
+func mountImage(img, mnt string, fresh bool) error {
 	f, err := os.OpenFile(img, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -43,7 +45,7 @@ func mountImage(img, mnt string) error {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return err
 	}
-	for wait := time.Millisecond; ; wait *= 2 {
+	for wait := time.Millisecond; !fresh; wait *= 2 {
 		dev, ok := loopOf(st)
 		if !ok {
 			break

@@ -34,10 +34,12 @@ func makeVolume(ctx context.Context, dir, templates string, size int64) error {
 	if err := copySparse(tpl, img); err != nil {
 		return fmt.Errorf("creating disk image %s: %w", img, err)
 	}
-	if err := os.Mkdir(filepath.Join(dir, volumeMount), 0o755); err != nil {
+	mnt := filepath.Join(dir, volumeMount)
+	if err := os.Mkdir(mnt, 0o755); err != nil {
 		return err
 	}
-	return mountVolume(ctx, dir)
+	// A file just made is under no loop device: no need to look for one.
+	return mountImage(img, mnt, true)
 }
 
 // volumeTemplate returns the formatted, empty image of size bytes in dir,
@@ -137,7 +139,7 @@ func mountVolume(ctx context.Context, dir string) error {
 	if err := os.Mkdir(mnt, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return mountImage(img, mnt)
+	return mountImage(img, mnt, false)
 }
 
 // unmountVolume unmounts dir/vol if it is mounted; lazily when something
