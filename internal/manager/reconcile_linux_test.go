@@ -211,9 +211,7 @@ func TestReconcile(t *testing.T) {
 		setup: func(t *testing.T) (string, func(*testing.T)) {
 			v := h.sub(t).create(CreateRequest{Repo: h.repo.ID})
 			h.sub(t).writeFile(v.ID, "kept.txt", "kept\n")
-			if err := unix.Unmount(h.files(v), 0); err != nil {
-				t.Fatal(err)
-			}
+			testutil.Unmount(t, h.files(v))
 			return v.ID, func(t *testing.T) {
 				if !isMounted(t, h.files(v)) {
 					t.Fatal("not mounted again")
@@ -231,9 +229,7 @@ func TestReconcile(t *testing.T) {
 			v := h.sub(t).create(CreateRequest{Repo: h.repo.ID, Disk: 16 << 20})
 			h.sub(t).writeFile(v.ID, "kept.txt", "kept\n")
 			for _, mp := range mountsUnder(t, v.Dir) { // deepest first
-				if err := unix.Unmount(mp, 0); err != nil {
-					t.Fatal(err)
-				}
+				testutil.Unmount(t, mp)
 			}
 			return v.ID, func(t *testing.T) {
 				if n := len(mountsUnder(t, v.Dir)); n != 2 {

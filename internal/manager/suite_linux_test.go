@@ -21,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/testutil"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
 
@@ -290,9 +291,7 @@ func testGitThroughBindMount(t *testing.T, driver string) {
 	h.agentGit(mnt, "add", "-A")
 	h.agentGit(mnt, "commit", "-q", "-m", "through the bind mount")
 	sha := h.agentGit(mnt, "rev-parse", "HEAD")
-	if err := unix.Unmount(mnt, 0); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Unmount(t, mnt)
 	if isMounted(t, mnt) {
 		t.Fatalf("%s still mounted", mnt)
 	}
@@ -759,9 +758,7 @@ func testRemountAfterRestart(t *testing.T, driver string) {
 		// A reboot: the overlay and then the quota volume go.
 		for _, w := range wss {
 			for _, mp := range mountsUnder(t, w.Dir) { // deepest first
-				if err := unix.Unmount(mp, 0); err != nil {
-					t.Fatal(err)
-				}
+				testutil.Unmount(t, mp)
 			}
 		}
 		if left := mountsUnder(t, h.data); len(left) != 0 {
@@ -810,9 +807,7 @@ func testReattachOnUse(t *testing.T, driver string) {
 	h.writeFile(w.ID, "kept.txt", "kept\n")
 	files := h.files(w)
 	if driver == workspace.Overlay {
-		if err := unix.Unmount(files, 0); err != nil {
-			t.Fatal(err)
-		}
+		testutil.Unmount(t, files)
 	}
 	// Many operations at once mount it once.
 	var wg sync.WaitGroup

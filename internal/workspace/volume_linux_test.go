@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/testutil"
 )
 
 // freeBytes is the free space of the file system holding path.
@@ -113,13 +114,9 @@ func TestQuota(t *testing.T) {
 				mustWrite(t, filepath.Join(files, "kept.txt"), "kept\n")
 				// A reboot: every mount is gone, the image stays.
 				if name == Overlay {
-					if err := unix.Unmount(files, 0); err != nil {
-						t.Fatal(err)
-					}
+					testutil.Unmount(t, files)
 				}
-				if err := unix.Unmount(filepath.Join(dir, volumeMount), 0); err != nil {
-					t.Fatal(err)
-				}
+				testutil.Unmount(t, filepath.Join(dir, volumeMount))
 				if ok, err := d.Attached(dir); err != nil || ok {
 					t.Fatalf("Attached with the volume unmounted = %v, %v", ok, err)
 				}
