@@ -154,7 +154,27 @@ else
 	runsc_registered || die "dockerd is up but does not list runsc as ${want_runsc}; check ${DAEMON_JSON} and ${DOCKERD_LOG}"
 fi
 
-# 4. Verify everything agentbox needs, and name what is missing.
+# 4. cgroup v1 (and hybrid) hosts: the local backend moves its spawner thread into each new
+# sandbox's cgroups, and without favordynmods every such move first waits for an RCU grace
+# period (5-15 ms here, on the path of every local create). The flag is global to the kernel
+# but can only be set on a cgroup2 mount; it costs fork and exit a little. It does not
+# survive a reboot, so this step runs every time. `agentbox doctor` reports it.
+cgroup_root_type=$(stat -f -c %T /sys/fs/cgroup 2>/dev/null || echo missing)
+if [[ $cgroup_root_type != cgroup2fs ]]; then
+	if grep -qE ' - cgroup2? [^ ]+ ([^ ]*,)?favordynmods(,|$)' /proc/self/mountinfo; then
+		log "cgroups: v1 with favordynmods already on"
+	elif [[ $(stat -f -c %T /sys/fs/cgroup/unified 2>/dev/null) == cgroup2fs ]]; then
+		if mount -o remount,favordynmods /sys/fs/cgroup/unified 2>/dev/null; then
+			log "cgroups: v1; remounted /sys/fs/cgroup/unified with favordynmods (fast cgroup migrations)"
+		else
+			log "cgroups: v1; this kernel refused favordynmods (older than 6.0?): local sandbox creates wait for RCU grace periods"
+		fi
+	else
+		log "cgroups: v1 without a cgroup2 mount: boot with cgroup_favordynmods=true for fast local sandbox creates"
+	fi
+fi
+
+# 5. Verify everything agentbox needs, and name what is missing.
 problems=()
 git_v=$(git --version 2>&1) || problems+=("git: ${git_v}")
 bwrap_v=$(bwrap --version 2>&1) || problems+=("bwrap: ${bwrap_v}")

@@ -291,8 +291,38 @@ func checkCgroups(_ context.Context, _ Options) Check {
 		c.Fix = "enable the " + strings.Join(missing, ", ") + " controllers (kernel config, no cgroup_disable= on the kernel command line, and mounted)"
 		return c
 	}
+	// On v1 the local backend moves a thread between cgroups for every sandbox it
+	// starts; without favordynmods each move first waits for an RCU grace period.
+	if len(v1) > 0 && !favorDynmods() {
+		c.Status = StatusWarn
+		c.Detail += "; cgroup migrations wait for an RCU grace period (favordynmods is off): each local sandbox create pays about 5-15 ms"
+		if len(v2) > 0 || rootType == unix.TMPFS_MAGIC {
+			c.Fix = "mount -o remount,favordynmods " + unified + " (scripts/setup.sh does this)"
+		} else {
+			c.Fix = "boot with cgroup_favordynmods=true"
+		}
+		return c
+	}
 	c.Status = StatusOK
 	return c
+}
+
+// favorDynmods tells whether any cgroup hierarchy is mounted with favordynmods: the flag
+// switches the kernel's one cgroup_threadgroup_rwsem to writer-friendly mode for all of
+// them (fork and exit pay a little, migrations no longer wait for a grace period).
+func favorDynmods() bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		_, post, ok := strings.Cut(line, " - ")
+		if f := strings.Fields(post); ok && len(f) >= 3 && (f[0] == "cgroup" || f[0] == "cgroup2") &&
+			slices.Contains(strings.Split(f[2], ","), "favordynmods") {
+			return true
+		}
+	}
+	return false
 }
 
 func statfsType(path string) (int64, error) {
