@@ -13,11 +13,15 @@ import (
 )
 
 // The descriptors bubblewrap gets, as ExtraFiles: fd 3 receives its info
-// (the jail's pid), fd 4 holds the seccomp program. bubblewrap closes both
-// before it executes the guest.
+// (the jail's pid), fd 4 holds the seccomp program; bubblewrap closes both
+// before it executes the guest. fd 5, which bubblewrap passes on, is a
+// pipe holding the guest's token (guest.TokenFDEnv): the token never
+// appears in an environment, and the guest need not re-execute itself to
+// hide it.
 const (
 	infoFD    = 3
 	seccompFD = 4
+	tokenFD   = 5
 )
 
 // procMasks are /proc files that tell a sandbox about the host's kernel

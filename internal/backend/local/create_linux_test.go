@@ -38,6 +38,8 @@ func TestCreateRefusesBadInput(t *testing.T) {
 		{"guest is a directory", func(r *sandbox.CreateRequest) { r.Guest = "/tmp" }, errdefs.ErrInvalid, []string{"guest"}},
 		{"no token", func(r *sandbox.CreateRequest) { r.GuestEnv = []string{"AGENTBOX_GUEST_DEBUG=1"} }, errdefs.ErrInvalid, []string{guest.TokenEnv}},
 		{"no guest env", func(r *sandbox.CreateRequest) { r.GuestEnv = nil }, errdefs.ErrInvalid, []string{guest.TokenEnv}},
+		{"two tokens", func(r *sandbox.CreateRequest) { r.GuestEnv = append(r.GuestEnv, guest.TokenEnv+"=other") }, errdefs.ErrInvalid, []string{"2 " + guest.TokenEnv}},
+		{"token descriptor", func(r *sandbox.CreateRequest) { r.GuestEnv = append(r.GuestEnv, guest.TokenFDEnv+"=0") }, errdefs.ErrInvalid, []string{guest.TokenFDEnv}},
 		{"daemon variable", func(r *sandbox.CreateRequest) { r.GuestEnv = append(r.GuestEnv, "HOME=/root") }, errdefs.ErrInvalid, []string{"HOME"}},
 		{"bad env", func(r *sandbox.CreateRequest) { r.GuestEnv = append(r.GuestEnv, "AGENTBOX_GUEST_X") }, errdefs.ErrInvalid, []string{"AGENTBOX_GUEST_X"}},
 		{"other backend", func(r *sandbox.CreateRequest) { r.Spec.Backend = "docker" }, errdefs.ErrInvalid, []string{"docker"}},

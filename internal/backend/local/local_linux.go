@@ -13,7 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -440,16 +440,21 @@ func (b *Backend) check(req sandbox.CreateRequest, spec sandbox.Spec) (rootfs st
 	}
 	// Only the guest's own variables: bubblewrap hands its environment to
 	// the guest, and nothing else of the daemon's may reach a sandbox.
-	token := false
+	tokens := 0
 	for _, e := range req.GuestEnv {
 		k, _, ok := strings.Cut(e, "=")
 		if !ok || !strings.HasPrefix(k, guestEnvPrefix) || strings.IndexByte(e, 0) >= 0 {
 			return "", errdefs.Invalid("guest environment entry %q is not %s*=value", k, guestEnvPrefix)
 		}
-		token = token || k == guest.TokenEnv
+		if k == guest.TokenFDEnv {
+			return "", errdefs.Invalid("guest environment entry %s: the backend passes the token's descriptor itself", k)
+		}
+		if k == guest.TokenEnv {
+			tokens++
+		}
 	}
-	if !token {
-		return "", errdefs.Invalid("no %s in the guest environment: the guest would start without its token", guest.TokenEnv)
+	if tokens != 1 {
+		return "", errdefs.Invalid("%d %s entries in the guest environment, want exactly one: the guest starts with one token", tokens, guest.TokenEnv)
 	}
 	return rootfs, nil
 }
@@ -519,13 +524,27 @@ func (b *Backend) start(ctx context.Context, req sandbox.CreateRequest, st stage
 		id: req.ID, st: st, uid: req.UID, gid: req.GID,
 		masks: b.masks, guestArgs: req.GuestArgs,
 	})...)
-	cmd.Env = slices.Clone(req.GuestEnv)
-	if cmd.Env == nil {
-		cmd.Env = []string{}
+	// The token goes in a pipe, the rest of the guest's variables in the
+	// environment (check made sure there is exactly one token).
+	tokenR, tokenW, err := pipe()
+	if err != nil {
+		return nil, bwrapInfo{}, err
 	}
+	cmd.Env = []string{guest.TokenFDEnv + "=" + strconv.Itoa(tokenFD)}
+	for _, e := range req.GuestEnv {
+		if tok, ok := strings.CutPrefix(e, guest.TokenEnv+"="); ok {
+			// A token is far smaller than the pipe's buffer.
+			if _, err := io.WriteString(tokenW, tok); err != nil {
+				return nil, bwrapInfo{}, fmt.Errorf("writing the guest's token: %w", err)
+			}
+			continue
+		}
+		cmd.Env = append(cmd.Env, e)
+	}
+	tokenW.Close()
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logW, logW
-	cmd.ExtraFiles = []*os.File{infoW, filterR} // fds 3 and 4
+	cmd.ExtraFiles = []*os.File{infoW, filterR, tokenR} // fds 3, 4 and 5
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// bubblewrap runs as the sandbox user from the start, so that the
 		// jail's user namespace maps that user to itself: files written in
@@ -564,6 +583,7 @@ func (b *Backend) start(ctx context.Context, req sandbox.CreateRequest, st stage
 	// then means it is gone.
 	infoW.Close()
 	filterR.Close()
+	tokenR.Close()
 	logW.Close()
 	defer func() {
 		if err != nil {

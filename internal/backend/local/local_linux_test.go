@@ -180,14 +180,15 @@ func TestIsolation(t *testing.T) {
 			t.Errorf("the sandbox sees the daemon's canary or the guest token:\n%s", all)
 		}
 		// bubblewrap's monitor, outside the jail, got exactly the guest's
-		// environment: the token and nothing of the daemon.
+		// environment: where to read the token, not the token, and nothing
+		// of the daemon.
 		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", x.rec.Monitor))
 		if err != nil {
 			t.Fatal(err)
 		}
 		vars := strings.Split(strings.TrimRight(string(env), "\x00"), "\x00")
-		if len(vars) != 1 || !strings.HasPrefix(vars[0], guest.TokenEnv+"=") {
-			t.Errorf("bubblewrap's environment: %q", vars)
+		if want := guest.TokenFDEnv + "=" + strconv.Itoa(tokenFD); len(vars) != 1 || vars[0] != want {
+			t.Errorf("bubblewrap's environment: %q, want [%s]", vars, want)
 		}
 	})
 
