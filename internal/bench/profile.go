@@ -135,6 +135,13 @@ func (s *timedStore) FinishExec(ctx context.Context, e store.Exec) error {
 	return s.r.timed("store.FinishExec (write)", func() error { return s.Store.FinishExec(ctx, e) })
 }
 
+// UpdateSandboxEvent is timed as UpdateSandbox: the state change, its
+// event in the same commit.
+func (s *timedStore) UpdateSandboxEvent(ctx context.Context, sb store.Sandbox, ev store.Event) (out store.Event, err error) {
+	err = s.r.timed("store.UpdateSandbox (write)", func() error { out, err = s.Store.UpdateSandboxEvent(ctx, sb, ev); return err })
+	return out, err
+}
+
 // FinishExecEvent is timed as FinishExec: the exec's end, its event in
 // the same commit.
 func (s *timedStore) FinishExecEvent(ctx context.Context, e store.Exec, ev store.Event) (out store.Event, err error) {
@@ -262,7 +269,6 @@ var gapNames = map[[3]string]string{
 	{"create", "store.ListSandboxes (read)", "store.CreateSandbox (write)"}: "manager: live check, token, spec JSON",
 	{"create", "store.CreateSandbox (write)", "backend.Create"}:             "manager: run dir, chown, guest socket listen",
 	{"create", "backend.Create", "store.UpdateSandbox (write)"}:             "guest start and connect (wait in Accept)",
-	{"create", "store.UpdateSandbox (write)", "store.AppendEvent (write)"}:  "manager: register the live connection",
 	{"exec", "store.GetSandbox (read)", "store.GetWorkspace (read)"}:        "manager: resolve the target",
 	{"exec", "store.GetWorkspace (read)", "store.ListSandboxes (read)"}:     "manager: workspace attach check (mountinfo), lock",
 	{"exec", "store.ListSandboxes (read)", "store.CreateExec (write)"}:      "manager: live check, exec record",

@@ -55,6 +55,14 @@ func (s notifyingStore) FinishExecEvent(ctx context.Context, x store.Exec, e sto
 	return e, err
 }
 
+func (s notifyingStore) UpdateSandboxEvent(ctx context.Context, sb store.Sandbox, e store.Event) (store.Event, error) {
+	e, err := s.Store.UpdateSandboxEvent(ctx, sb, e)
+	if err == nil {
+		s.bus.notify()
+	}
+	return e, err
+}
+
 func (s notifyingStore) RecordEgress(ctx context.Context, u store.EgressUsage, e store.Event) (store.Event, error) {
 	e, err := s.Store.RecordEgress(ctx, u, e)
 	if err == nil {

@@ -362,7 +362,9 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 		return sb, fmt.Errorf("sandbox %s on %s: %s within %s: %w", sb.ID, spec.Backend, why, timeout, errdefs.ErrUnavailable)
 	}
 	sb.State, sb.BackendRef, sb.UpdatedAt = string(sandbox.StateRunning), info.Ref, time.Now().UTC()
-	if err := m.st.UpdateSandbox(ctx, sb); err != nil {
+	created["ref"] = info.Ref
+	ev := eventRecord(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID}, created)
+	if _, err := m.st.UpdateSandboxEvent(ctx, sb, ev); err != nil {
 		conn.Close()
 		return sb, err
 	}
@@ -372,8 +374,6 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	m.liveMu.Lock()
 	m.live[sb.ID] = lv
 	m.liveMu.Unlock()
-	created["ref"] = info.Ref
-	m.event(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID}, created)
 	m.log.InfoContext(ctx, "sandbox created", KeySandbox, sb.ID, KeyWorkspace, w.ID, "backend", spec.Backend)
 	return sb, nil
 }

@@ -255,6 +255,10 @@ type Store interface {
 	GetSandbox(ctx context.Context, id string) (Sandbox, error)
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
 	UpdateSandbox(ctx context.Context, sb Sandbox) error
+	// UpdateSandboxEvent is UpdateSandbox and AppendEvent(ev) in one
+	// transaction: a state change and its event cost one commit, and
+	// neither is recorded without the other.
+	UpdateSandboxEvent(ctx context.Context, sb Sandbox, ev Event) (Event, error)
 	DeleteSandbox(ctx context.Context, id string) error
 
 	CreateExec(ctx context.Context, e Exec) error

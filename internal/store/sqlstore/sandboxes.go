@@ -4,8 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/agentbox/agentbox/internal/errdefs"
+	"time"
 
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -61,9 +62,33 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]sto
 }
 
 func (s *Store) UpdateSandbox(ctx context.Context, sb store.Sandbox) error {
-	return execOne(ctx, s.db, "sandbox "+sb.ID,
+	return updateSandbox(ctx, s.db, sb)
+}
+
+func updateSandbox(ctx context.Context, q execer, sb store.Sandbox) error {
+	return execOne(ctx, q, "sandbox "+sb.ID,
 		`UPDATE sandboxes SET backend_ref=$2, image=$3, spec=$4, state=$5, token_hash=$6, replaces=$7, updated_at=$8, last_activity_at=$9 WHERE id=$1`,
 		sb.ID, sb.BackendRef, sb.Image, sb.Spec, sb.State, sb.TokenHash, sb.Replaces, ts(sb.UpdatedAt), ts(sb.LastActivityAt))
+}
+
+func (s *Store) UpdateSandboxEvent(ctx context.Context, sb store.Sandbox, ev store.Event) (store.Event, error) {
+	what := "sandbox " + sb.ID
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return ev, classify(err, what)
+	}
+	defer tx.Rollback()
+	if err := updateSandbox(ctx, tx, sb); err != nil {
+		return ev, err
+	}
+	err = tx.QueryRowContext(ctx, insertEvent, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
+	if err != nil {
+		return ev, classify(err, "event "+ev.Type)
+	}
+	return ev, classify(tx.Commit(), what)
 }
 
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {

@@ -110,7 +110,12 @@ func classify(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-func execOne(ctx context.Context, db *sql.DB, what, query string, args ...any) error {
+// execer is a database or a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func execOne(ctx context.Context, db execer, what, query string, args ...any) error {
 	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return classify(err, what)

@@ -374,6 +374,27 @@ func testSandboxes(t *testing.T, s store.Store) {
 	if d := cmp.Diff(sb, got); d != "" {
 		t.Errorf("after UpdateSandbox (-want +got):\n%s", d)
 	}
+	// A state change and its event commit together, or neither does.
+	sb.State, sb.BackendRef = "running", "ref-2"
+	ev, err := s.UpdateSandboxEvent(ctx, sb, store.Event{Actor: "api", Type: "sandbox.created", SandboxID: "sb_1", Detail: `{"ref":"ref-2"}`})
+
+	if err != nil || ev.ID == 0 || ev.Time.IsZero() {
+		t.Fatalf("UpdateSandboxEvent = %+v, %v", ev, err)
+	}
+	got, _ = s.GetSandbox(ctx, "sb_1")
+	if d := cmp.Diff(sb, got); d != "" {
+		t.Errorf("after UpdateSandboxEvent (-want +got):\n%s", d)
+	}
+	_, err = s.UpdateSandboxEvent(ctx, sandbox("sb_missing", "ws_2"), store.Event{Actor: "api", Type: "sandbox.created", SandboxID: "sb_missing"})
+	wantClass(t, err, errdefs.ErrNotFound)
+	if evs, _ := s.ListEvents(ctx, store.EventFilter{Type: "sandbox.created"}); len(evs) != 1 || evs[0].ID != ev.ID || evs[0].Detail != `{"ref":"ref-2"}` {
+		t.Errorf("sandbox.created events = %+v, want only the committed one", evs)
+	}
+	// Back as it was, for the filters below.
+	sb.State, sb.BackendRef = "lost", ""
+	if err := s.UpdateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.CreateSandbox(ctx, sandbox("sb_2", "ws_2")); err != nil {
 		t.Fatal(err)
 	}
