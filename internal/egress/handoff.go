@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentbox/agentbox/internal/guest"
 )
 
@@ -46,9 +48,11 @@ func (p *Proxy) openEgress(c *net.UnixConn) (_ net.Conn, ok bool) {
 			return nil, false
 		}
 		_ = c.SetWriteDeadline(time.Time{})
+		widenRelay(c)
 		return c, true
 	case guest.EgressRelay:
 		closeFDs(fds)
+		widenRelay(c)
 		return c, true
 	default:
 		// A client speaking HTTP on the socket itself.
@@ -95,4 +99,29 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 		return n, nil
 	}
 	return c.UnixConn.Read(b)
+}
+
+// relayBuffer is the socket buffer of a relayed connection, each way.
+// The relay runs under gVisor, whose reads from a host socket cost a
+// system call of tens of microseconds each, and a read returns at most
+// what the sender's buffer held: with the default (about 200 KiB) a 100 MB
+// download reached 530 MB/s, with 1 MiB 700-940 MB/s (4 MiB gained
+// nothing more). It is kernel memory the daemon may hold per relayed
+// connection, which keeps it at 1 MiB.
+const relayBuffer = 1 << 20
+
+// widenRelay sets c's buffers to relayBuffer, past the system's maximum
+// when the daemon may (root: SO_SNDBUFFORCE), else up to it.
+func widenRelay(c *net.UnixConn) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	raw.Control(func(fd uintptr) {
+		for _, o := range [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[0], relayBuffer) != nil {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[1], relayBuffer)
+			}
+		}
+	})
 }
