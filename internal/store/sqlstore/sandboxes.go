@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"time"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
@@ -72,23 +71,7 @@ func updateSandbox(ctx context.Context, q execer, sb store.Sandbox) error {
 }
 
 func (s *Store) UpdateSandboxEvent(ctx context.Context, sb store.Sandbox, ev store.Event) (store.Event, error) {
-	what := "sandbox " + sb.ID
-	if ev.Time.IsZero() {
-		ev.Time = time.Now().UTC()
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return ev, classify(err, what)
-	}
-	defer tx.Rollback()
-	if err := updateSandbox(ctx, tx, sb); err != nil {
-		return ev, err
-	}
-	err = tx.QueryRowContext(ctx, insertEvent, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
-	if err != nil {
-		return ev, classify(err, "event "+ev.Type)
-	}
-	return ev, classify(tx.Commit(), what)
+	return s.withEvent(ctx, "sandbox "+sb.ID, ev, func(tx *sql.Tx) error { return updateSandbox(ctx, tx, sb) })
 }
 
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,24 +24,15 @@ func (s *Store) RecordEgress(ctx context.Context, e store.EgressUsage, ev store.
 	if ev.Time.IsZero() {
 		ev.Time = e.Time
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return ev, classify(err, what)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO egress_usage (at, sandbox_id, workspace_id, task, bytes_up, bytes_down) VALUES ($1,$2,$3,$4,$5,$6)`,
-		ts(e.Time), e.SandboxID, e.WorkspaceID, e.Task, e.BytesUp, e.BytesDown); err != nil {
-		return ev, classify(err, what)
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET egress_bytes_up = egress_bytes_up + $2, egress_bytes_down = egress_bytes_down + $3 WHERE id = $1`,
-		e.SandboxID, e.BytesUp, e.BytesDown); err != nil {
-		return ev, classify(err, what)
-	}
-	err = tx.QueryRowContext(ctx, insertEvent, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
-	if err != nil {
-		return ev, classify(err, "event "+ev.Type)
-	}
-	return ev, classify(tx.Commit(), what)
+	return s.withEvent(ctx, what, ev, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO egress_usage (at, sandbox_id, workspace_id, task, bytes_up, bytes_down) VALUES ($1,$2,$3,$4,$5,$6)`,
+			ts(e.Time), e.SandboxID, e.WorkspaceID, e.Task, e.BytesUp, e.BytesDown); err != nil {
+			return classify(err, what)
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET egress_bytes_up = egress_bytes_up + $2, egress_bytes_down = egress_bytes_down + $3 WHERE id = $1`,
+			e.SandboxID, e.BytesUp, e.BytesDown)
+		return classify(err, what)
+	})
 }
 
 // RecordEgressBatch records recs in one transaction, one commit: under
@@ -202,7 +194,12 @@ func usageWhereFrom(f store.UsageFilter, timeCol string, n int) (string, []any) 
 }
 
 func (s *Store) FinishExecEvent(ctx context.Context, e store.Exec, ev store.Event) (store.Event, error) {
-	what := "exec " + e.ID
+	return s.withEvent(ctx, "exec "+e.ID, ev, func(tx *sql.Tx) error { return finishExec(ctx, tx, e) })
+}
+
+// withEvent runs do and appends ev (stamped now if it has no time) in one
+// transaction: both are recorded, or neither is.
+func (s *Store) withEvent(ctx context.Context, what string, ev store.Event, do func(tx *sql.Tx) error) (store.Event, error) {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
@@ -211,7 +208,7 @@ func (s *Store) FinishExecEvent(ctx context.Context, e store.Exec, ev store.Even
 		return ev, classify(err, what)
 	}
 	defer tx.Rollback()
-	if err := finishExec(ctx, tx, e); err != nil {
+	if err := do(tx); err != nil {
 		return ev, err
 	}
 	err = tx.QueryRowContext(ctx, insertEvent, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
