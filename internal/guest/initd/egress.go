@@ -151,21 +151,11 @@ func (e *Egress) relay(ctx context.Context, c net.Conn, spares <-chan spareConn)
 // emulates) would make the system calls, not the bytes, the limit.
 const relayBuf = 1 << 20
 
-// relayCopy copies src to dst through one large buffer, never through
-// ReadFrom or WriteTo.
+// relayCopy copies src to dst through one large buffer: the anonymous
+// structs hide ReadFrom and WriteTo, which io.CopyBuffer would otherwise
+// use with their own small buffers.
 func relayCopy(dst io.Writer, src io.Reader) {
-	buf := make([]byte, relayBuf)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
+	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, make([]byte, relayBuf))
 }
 
 // spareMaxAge bounds how long a connection made ahead waits for its
