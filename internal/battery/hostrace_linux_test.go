@@ -29,7 +29,7 @@ import (
 // raise it for a soak.
 const raceSecondsEnv = "AGENTBOX_H43_SECONDS"
 
-// TestHostWalkRace is SECURITY.md H43 on every backend: while a command in
+// TestH43HostWalkRace is SECURITY.md H43 on every backend: while a command in
 // the sandbox exchanges directories with symlinks to host directories
 // (absolute and relative, renameat2(RENAME_EXCHANGE) in a tight loop), the
 // host runs every operation that walks the workspace's tree: diff,
@@ -40,7 +40,7 @@ const raceSecondsEnv = "AGENTBOX_H43_SECONDS"
 // ca.key the original exploit took). No byte or name of either may reach
 // a reply, a commit, the host-private git objects or a fork, and nothing
 // in either may change.
-func TestHostWalkRace(t *testing.T) {
+func TestH43HostWalkRace(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		seconds := 12
 		if s, err := strconv.Atoi(os.Getenv(raceSecondsEnv)); err == nil && s > 0 {
