@@ -267,6 +267,14 @@ echo "child $?"`)
 			t.Errorf("a stopped child on a terminal: %v %+v output %q, want exit 0 and resumed, child 0", err, res, out)
 		}
 
+		// Nobody continues it: it stays stopped, and the command waits for
+		// it until the timeout kills the tree.
+		res, out, errOut, err = x.exec(t, guest.ExecRequest{Timeout: time.Second, Argv: []string{"sh", "-c",
+			`sh -c 'kill -STOP $$; echo resumed' & (sleep 0.1 &); wait $!; echo "child $?"`}}, "")
+		if err != nil || !res.TimedOut || out != "" {
+			t.Errorf("a stopped child never continued: %v %+v stdout %q stderr %q, want a timeout and no output", err, res, out, errOut)
+		}
+
 		// The command exits and leaves a stopped child that ignores
 		// SIGHUP: the child dies with the tree and never runs again.
 		start := time.Now()
