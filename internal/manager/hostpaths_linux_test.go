@@ -3,6 +3,7 @@ package manager
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,5 +80,42 @@ func TestSandboxHostPaths(t *testing.T) {
 	}
 	if res, _, _ := h.exec(w.ID, "true"); res.ExitCode != 0 {
 		t.Errorf("exec after the restart: %+v", res)
+	}
+}
+
+// TestWarmPoolHostPaths: a sandbox taken from the warm pool shows no host
+// path in its mount table either: not its run directory's, the guest's,
+// nor the pool point's that its workspace covers.
+func TestWarmPoolHostPaths(t *testing.T) {
+	h, _, rec := poolHarness(t, 1)
+	waitReady(t, h, 1)
+	w := h.create(CreateRequest{Repo: h.repo.ID})
+	res, out, _ := h.exec(w.ID, "cat", "/proc/self/mountinfo")
+	if res.ExitCode != 0 {
+		t.Fatalf("cat /proc/self/mountinfo: %+v", res)
+	}
+	rec.pmu.Lock()
+	claims := slices.Clone(rec.claims)
+	rec.pmu.Unlock()
+	if !slices.Equal(claims, []bool{true}) {
+		t.Fatalf("pool claims %v, want one hit", claims)
+	}
+	workspace := 0
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == sandbox.WorkspaceDir {
+			workspace++
+		}
+		// The docker backend's binds are under /run/agentbox/docker,
+		// which is on /run's tmpfs: a bind from there shows as
+		// /agentbox/docker/...
+		for _, p := range []string{h.data, filepath.Dir(h.m.cfg.GuestBinary), "/agentbox/docker/"} {
+			if strings.Contains(line, p) {
+				t.Errorf("host path %s shows inside: %s", p, line)
+			}
+		}
+	}
+	if workspace != 2 {
+		t.Errorf("%d mounts at %s, want 2 (the pool point, the workspace over it):\n%s", workspace, sandbox.WorkspaceDir, out)
 	}
 }
