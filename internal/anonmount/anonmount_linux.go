@@ -50,11 +50,19 @@ func Overlay(lower, dir, upper, work, merged string, flags uintptr, data string)
 }
 
 // View mounts at target, an empty directory, a read-only view of the
-// directory src: an overlay of src over target's own (empty) directory,
-// whose entry reads "lowerdir=/:.". A file bound from it shows as
-// "/NAME", its name in src. Symbolic links in src are shown as they are:
-// resolve the file to bind before.
+// directory src: an overlay of src over an empty tmpfs, whose entry reads
+// "lowerdir=/:.". A file bound from it shows as "/NAME", its name in src.
+// Symbolic links in src are shown as they are: resolve the file to bind
+// before. Two mounts are stacked at target: Detach takes both.
 func View(target, src string) error {
+	// An overlay without an upper layer needs two lower ones. The second
+	// is an empty tmpfs mounted at target first, which the overlay then
+	// covers: a directory of its own that nothing ever removes (a removed
+	// layer lists as empty), however long a sandbox keeps the view after
+	// target has left the host.
+	if err := unix.Mount(Source, target, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0555,size=4k,nr_inodes=2"); err != nil {
+		return fmt.Errorf("mounting a view of %s at %s: %w", src, target, err)
+	}
 	err := onPrivateThread(func() error {
 		t, err := unix.Open(target, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -67,12 +75,10 @@ func View(target, src string) error {
 		if err := unix.Fchdir(t); err != nil {
 			return err
 		}
-		// An overlay without an upper layer needs two lower ones: the
-		// second is the mount point itself, empty, which the mount then
-		// covers.
 		return unix.Mount(Source, ".", "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "lowerdir=/:.")
 	})
 	if err != nil {
+		Detach(target)
 		return fmt.Errorf("mounting a view of %s at %s: %w", src, target, err)
 	}
 	return nil
@@ -95,15 +101,20 @@ func Tmpfs(dir string, size, inodes int64) error {
 	return nil
 }
 
-// Detach unmounts what is mounted at path, lazily: whatever holds a copy
-// of it (a sandbox's bind) keeps it. Nothing mounted there is not an
-// error.
+// Detach unmounts everything mounted at path, lazily: whatever holds a
+// copy of a mount (a sandbox's bind) keeps it. Nothing mounted there is
+// not an error.
 func Detach(path string) error {
-	err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmounting %s: %w", path, err)
+	for range 8 {
+		err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("unmounting %s: %w", path, err)
+		}
 	}
-	return nil
+	return fmt.Errorf("unmounting %s: still mounted after 8 unmounts", path)
 }
 
 // onPrivateThread runs fn on an OS thread whose root and working

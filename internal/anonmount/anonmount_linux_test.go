@@ -109,7 +109,7 @@ func TestView(t *testing.T) {
 	if err := View(target, src); err != nil {
 		t.Fatal(err)
 	}
-	defer testutil.Unmount(t, target)
+	defer Detach(target)
 	unchanged(t, wd)
 	f := entry(t, target)
 	if f[3] != "/" || f[len(f)-2] != Source || !strings.Contains(superOptions(f), "lowerdir=/:.") || strings.Contains(strings.Join(f[5:], " "), base) {
@@ -130,6 +130,27 @@ func TestView(t *testing.T) {
 	defer testutil.Unmount(t, bound)
 	if f := entry(t, bound); f[3] != "/prog" {
 		t.Errorf("bind of a file of the view: root %q, want /prog (%q)", f[3], f)
+	}
+
+	// A bind of the whole view outlives the view's leaving the host, its
+	// mount point's removal included, and still lists.
+	boundDir := filepath.Join(base, "bounddir")
+	os.Mkdir(boundDir, 0o755)
+	if err := unix.Mount(target, boundDir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer testutil.Unmount(t, boundDir)
+	if err := Detach(target); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(target); err != nil {
+		t.Fatalf("removing the view's mount point after Detach: %v", err)
+	}
+	if names, err := os.ReadDir(boundDir); err != nil || len(names) != 1 || names[0].Name() != "prog" {
+		t.Errorf("listing a bind of the view once it left the host: %v, %v", names, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(boundDir, "prog")); err != nil || string(b) != "#!/bin/sh\n" {
+		t.Errorf("reading through a bind of the view once it left the host: %q, %v", b, err)
 	}
 }
 

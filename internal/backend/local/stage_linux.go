@@ -179,8 +179,9 @@ func (st staged) unstage() error {
 		if p == "" {
 			continue
 		}
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("unmounting %s: %w", p, err)
+		// Every mount there: a view of the root is two (anonmount.View).
+		if err := anonmount.Detach(p); err != nil {
+			return err
 		}
 	}
 	return removeStageDir(st.dir)
