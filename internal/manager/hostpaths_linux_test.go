@@ -64,7 +64,8 @@ func TestSandboxHostPaths(t *testing.T) {
 			t.Fatal(err)
 		}
 		hid := h.m.hideHostPaths(t.Context(), d, run)
-		if hid.guest == gb || len(mountsUnder(t, d)) != 2 {
+		// The run directory's tmpfs; the view and the tmpfs under it.
+		if hid.guest == gb || len(mountsUnder(t, d)) != 3 {
 			t.Fatalf("hideHostPaths(%s): guest %s, mounts %q", d, hid.guest, mountsUnder(t, d))
 		}
 		os.WriteFile(filepath.Join(run, "agentbox.sock"), nil, 0o600)
