@@ -87,7 +87,8 @@ func (c *Cache) Lookup(ctx context.Context, idOrURL string) (store.Repo, error) 
 	}
 	rem, err := ParseRemote(idOrURL)
 	if err != nil {
-		return store.Repo{}, err
+		// Not a URL that could have been cloned: no repo has it.
+		return store.Repo{}, fmt.Errorf("repo %q %w (neither a repo ID nor the URL of a cached repo)", idOrURL, errdefs.ErrNotFound)
 	}
 	return c.st.GetRepoByURL(ctx, rem.Clean)
 }
