@@ -347,9 +347,12 @@ type Workspace struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// CreateWorkspace asks for a new workspace.
+// CreateWorkspace asks for a new workspace: of a repo (Repo, Ref), or
+// empty (Empty: a fresh repository with one empty commit). UploadDir and
+// UploadWorkspace make one from a directory instead.
 type CreateWorkspace struct {
-	Repo   string `json:"repo"`
+	Repo   string `json:"repo,omitempty"`
+	Empty  bool   `json:"empty,omitempty"`
 	Ref    string `json:"ref,omitempty"`
 	Branch string `json:"branch,omitempty"`
 	Task   string `json:"task,omitempty"`

@@ -218,6 +218,9 @@ func (c *Cache) Fetch(ctx context.Context, id, rawURL string, progress io.Writer
 	if err != nil {
 		return r, err
 	}
+	if IsLocal(r.URL) {
+		return r, errdefs.Invalid("repo %s (%s) was made by agentbox from a scratch or uploaded workspace: it has no remote to fetch from", id, r.URL)
+	}
 	rem := Remote{Clean: r.URL}
 	if rawURL != "" {
 		given, err := ParseRemote(rawURL)
@@ -388,9 +391,14 @@ func CheckoutRepo(ctx context.Context, r store.Repo, commit, dir string, uid, gi
 	if !sameDevice(r.Path, filepath.Dir(dir)) {
 		local = "--no-hardlinks"
 	}
+	origin := []string{"-C", dir, "config", "remote.origin.url", r.URL}
+	if IsLocal(r.URL) {
+		// No remote: the clone's origin would name the mirror's host path.
+		origin = []string{"-C", dir, "remote", "remove", "origin"}
+	}
 	steps := [][]string{
 		{"clone", local, "--no-checkout", "--template=", "--quiet", "--", r.Path, dir},
-		{"-C", dir, "config", "remote.origin.url", r.URL},
+		origin,
 		{"-C", dir, "checkout", "--quiet", "--detach", commit},
 	}
 	for _, args := range steps {
