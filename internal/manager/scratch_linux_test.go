@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/agentbox/agentbox/internal/archive"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/repocache"
 )
@@ -253,5 +254,18 @@ func testUpload(t *testing.T, driver string) {
 	}
 	if repos, _ := h.st.ListRepos(ctx); len(repos) != 1 {
 		t.Errorf("repos after refused uploads: %+v", repos)
+	}
+	// A crash between an upload's repo and its workspace leaves a repo
+	// no workspace uses: the next start removes it.
+	orphan, _, err := h.m.cache.Import(ctx, tarball(t, tarEntry{name: "a", body: "a"}), archive.Limits{}, repocache.Identity{Name: "t", Email: "t@t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.reopen()
+	if _, err := h.st.GetRepo(ctx, orphan.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("an orphaned upload repo after a restart = %v, want gone", err)
+	}
+	if _, err := os.Stat(orphan.Path); !os.IsNotExist(err) {
+		t.Errorf("its mirror after a restart: %v", err)
 	}
 }
