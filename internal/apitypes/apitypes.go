@@ -145,8 +145,8 @@ type ExecRequest struct {
 	// Sh is a shell command line, run as sh -c SH; set it or Argv, not
 	// both.
 	Sh string `json:"sh,omitempty"`
-	// Env adds KEY=VALUE entries to the command's environment (the
-	// image's and the policy's); nothing is inherited from the daemon.
+	// Env holds the command's KEY=VALUE variables, which win over the
+	// sandbox policy's; nothing is inherited from the daemon.
 	Env []string `json:"env,omitempty"`
 	// Workdir defaults to /workspace.
 	Workdir string `json:"workdir,omitempty"`

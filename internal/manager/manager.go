@@ -380,19 +380,19 @@ func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store
 }
 
 // UploadWorkspace makes a workspace whose base commit is the directory
-// tree in archive, a tar stream (see package archive for what it refuses:
+// tree in tarball, a tar stream (see package archive for what it refuses:
 // traversal, links then files through them, devices, more than
 // MaxUploadEntries entries or MaxUploadBytes bytes, or the disk quota).
 // req names no repo, ref or Empty. The upload becomes a repo of its own,
 // removed with the last workspace that uses it.
-func (m *Manager) UploadWorkspace(ctx context.Context, req CreateRequest, archive io.Reader) (store.Workspace, error) {
+func (m *Manager) UploadWorkspace(ctx context.Context, req CreateRequest, tarball io.Reader) (store.Workspace, error) {
 	if req.Repo != "" || req.Ref != "" || req.Empty {
 		return store.Workspace{}, errdefs.Invalid("an uploaded directory is the workspace's base: no repo, ref or empty with it")
 	}
-	if archive == nil {
+	if tarball == nil {
 		return store.Workspace{}, errdefs.Invalid("no uploaded directory")
 	}
-	return m.createWorkspace(ctx, req, archive)
+	return m.createWorkspace(ctx, req, tarball)
 }
 
 func (m *Manager) createWorkspace(ctx context.Context, req CreateRequest, upload io.Reader) (store.Workspace, error) {
@@ -692,7 +692,6 @@ func (m *Manager) dropUploadRepo(ctx context.Context, repoID string) {
 	}
 	if err := m.gcRepo(ctx, repoID); err != nil && !errors.Is(err, errGCSkip) {
 		m.log.WarnContext(ctx, "removing the repo of an upload", KeyRepo, repoID, "err", err)
-		return
 	}
 }
 
