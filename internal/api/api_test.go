@@ -1,6 +1,9 @@
 package api_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -309,5 +312,69 @@ func TestAgentFileTools(t *testing.T) {
 	}
 	if _, err := f.cl.ExecBuffered(ctx, "", client.Exec{Argv: []string{"true"}}, nil); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("exec in an empty target = %v", err)
+	}
+}
+
+// TestUploadWorkspace: a directory uploaded as a tar stream, plain or
+// gzipped, becomes a workspace; bad uploads change nothing.
+func TestUploadWorkspace(t *testing.T) {
+	f := newFixture(t, "")
+	ctx := t.Context()
+	var plain bytes.Buffer
+	tw := tar.NewWriter(&plain)
+	for name, body := range map[string]string{"a.txt": "a\n", "dir/b.txt": "b\n"} {
+		tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))})
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write(plain.Bytes())
+	zw.Close()
+	for name, up := range map[string]struct {
+		body    []byte
+		gzipped bool
+	}{"plain": {plain.Bytes(), false}, "gzipped": {zipped.Bytes(), true}} {
+		ws, err := f.cl.UploadWorkspace(ctx, client.CreateWorkspace{Task: name, Branch: "up-" + name}, bytes.NewReader(up.body), up.gzipped)
+		if err != nil {
+			t.Fatalf("%s upload: %v", name, err)
+		}
+		var got strings.Builder
+		f.cl.ReadFile(ctx, ws.ID, "dir/b.txt", &got)
+		if got.String() != "b\n" || ws.Task != name || ws.Branch != "up-"+name {
+			t.Errorf("%s upload: %+v, dir/b.txt = %q", name, ws, got.String())
+		}
+		if st, err := f.cl.Status(ctx, ws.ID); err != nil || st.Dirty {
+			t.Errorf("%s upload: status %+v, %v", name, st, err)
+		}
+	}
+	before, _ := f.cl.ListRepos(ctx)
+	for name, tc := range map[string]struct {
+		query, ctype string
+		body         []byte
+		status       int
+		msg          string
+	}{
+		"unknown option": {"?repo=x", "application/x-tar", plain.Bytes(), 400, "not an option"},
+		"bad disk":       {"?disk=lots", "application/x-tar", plain.Bytes(), 400, "disk"},
+		"not gzip":       {"", "application/gzip", plain.Bytes(), 400, "gzip"},
+		"not tar":        {"", "application/x-tar", []byte(strings.Repeat("x", 2000)), 400, "archive"},
+		"bad branch":     {"?branch=a..b", "application/x-tar", plain.Bytes(), 400, "branch"},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, "POST", f.srv.URL+"/v1/workspaces"+tc.query, bytes.NewReader(tc.body))
+		req.Header.Set("Content-Type", tc.ctype)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb api.ErrorBody
+		json.NewDecoder(resp.Body).Decode(&eb)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || !strings.Contains(eb.Error.Message, tc.msg) {
+			t.Errorf("%s: %d %+v, want %d mentioning %q", name, resp.StatusCode, eb, tc.status, tc.msg)
+		}
+	}
+	if after, _ := f.cl.ListRepos(ctx); len(after) != len(before) {
+		t.Errorf("bad uploads left repos: %d, was %d", len(after), len(before))
 	}
 }
