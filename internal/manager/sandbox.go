@@ -545,7 +545,13 @@ func (m *Manager) execOnce(ctx context.Context, wsID string, req guest.ExecReque
 	}
 	rec.OOM = out.OOMKilled
 	m.endExec(context.WithoutCancel(ctx), sb, rec, res, err)
-	if err != nil {
+	var se *guest.StartError
+	switch {
+	case errors.As(err, &se):
+		// The command cannot start as asked (no such program, a missing
+		// working directory): the request's fault, not the daemon's.
+		return out, fmt.Errorf("exec in sandbox %s: %w: %w", sb.ID, err, errdefs.ErrInvalid)
+	case err != nil:
 		return out, fmt.Errorf("exec in sandbox %s: %w", sb.ID, err)
 	}
 	return out, nil
