@@ -233,13 +233,7 @@ func errorBody(err error) ErrorBody {
 
 // errMessage drops the trailing class word that wrapping appends
 // ("workspace ws_1 not found" rather than "...: not found").
-func errMessage(err error) string {
-	msg := err.Error()
-	for _, class := range []error{errdefs.ErrNotFound, errdefs.ErrInvalid, errdefs.ErrConflict, errdefs.ErrUnavailable, errdefs.ErrTooLarge, errdefs.ErrUnauthorized, errdefs.ErrPolicyDenied} {
-		msg = strings.TrimSuffix(msg, ": "+class.Error())
-	}
-	return msg
-}
+func errMessage(err error) string { return errdefs.Message(err) }
 
 func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, StatusOf(err), errorBody(err))

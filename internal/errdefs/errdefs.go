@@ -8,6 +8,7 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The classes. Each maps to one API error code (see Code).
@@ -74,4 +75,15 @@ func Invalid(format string, args ...any) error {
 // NotFound returns an ErrNotFound error naming the object ("workspace ws_1").
 func NotFound(kind, id string) error {
 	return fmt.Errorf("%s %s %w", kind, id, ErrNotFound)
+}
+
+// Message is err's message as the API sends it: without the class word
+// that wrapping appends ("workspace ws_1 not found" rather than "...: not
+// found"), the code carries the class.
+func Message(err error) string {
+	msg := err.Error()
+	for _, class := range []error{ErrNotFound, ErrInvalid, ErrConflict, ErrUnavailable, ErrTooLarge, ErrUnauthorized, ErrPolicyDenied} {
+		msg = strings.TrimSuffix(msg, ": "+class.Error())
+	}
+	return msg
 }
