@@ -33,6 +33,10 @@ type Options struct {
 	// Metrics, if set, serves GET /metrics (telemetry.Metrics.Handler);
 	// nil answers 404.
 	Metrics http.Handler
+	// MCP, if set, serves MCP's streamable HTTP transport at /mcp
+	// (mcpserver.HTTPHandler), behind the same authentication as /v1;
+	// nil answers 404.
+	MCP http.Handler
 }
 
 // Server is the API handler.
@@ -43,6 +47,8 @@ type Server struct {
 	mux   *http.ServeMux
 	// metricsHandler serves GET /metrics; nil: none.
 	metricsHandler http.Handler
+	// mcpHandler serves /mcp; nil: none.
+	mcpHandler http.Handler
 	// closing is closed by Shutdown: streams that would never end on
 	// their own (event follows) end then.
 	closing     chan struct{}
@@ -60,6 +66,9 @@ var routes = []route{
 	{"GET", "/v1/health", (*Server).health},
 	{"GET", "/v1/openapi.json", (*Server).openapi},
 	{"GET", "/metrics", (*Server).metrics},
+	{"POST", "/mcp", (*Server).mcp},
+	{"GET", "/mcp", (*Server).mcp},
+	{"DELETE", "/mcp", (*Server).mcp},
 	{"POST", "/v1/repos", (*Server).addRepo},
 	{"GET", "/v1/repos", (*Server).listRepos},
 	{"GET", "/v1/repos/{id}", (*Server).getRepo},
@@ -104,7 +113,7 @@ var routes = []route{
 
 // New returns the API handler over m.
 func New(m *manager.Manager, opts Options) *Server {
-	s := &Server{m: m, token: opts.Token, log: opts.Logger, mux: http.NewServeMux(), metricsHandler: opts.Metrics, closing: make(chan struct{})}
+	s := &Server{m: m, token: opts.Token, log: opts.Logger, mux: http.NewServeMux(), metricsHandler: opts.Metrics, mcpHandler: opts.MCP, closing: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
@@ -127,10 +128,19 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if every := cfg.ReconcileInterval.Duration; every > 0 {
 		go m.RunReconcile(ctx, every)
 	}
-	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler()})
+	// MCP over streamable HTTP at /mcp: the tools of `agentbox mcp`, over
+	// the manager, behind the API's authentication.
+	mcpServer := mcpserver.New(mcpserver.ManagerBackend(m), mcpserver.Options{Version: api.Version, Logger: log.With("component", "mcp")})
+	mcpHTTP := mcpServer.HTTPHandler()
+	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP})
 	// Requests do not end with ctx (SIGTERM) but with reqCtx, at the end
-	// of the grace period; see shutdown.
-	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	// of the grace period; see shutdown. MCP tool calls run in their
+	// sessions, not in a request: they end then too.
+	reqCtx, cancelReqCtx := context.WithCancel(context.WithoutCancel(ctx))
+	cancelRequests := func() {
+		cancelReqCtx()
+		mcpServer.Abort()
+	}
 	defer cancelRequests()
 	reqs := newInflight()
 	srv := &http.Server{
@@ -140,6 +150,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 	}
 	srv.RegisterOnShutdown(apiServer.Shutdown)
+	// MCP sessions take no new call and end once their calls answered,
+	// and with them their streams, which would hold the shutdown.
+	srv.RegisterOnShutdown(func() { go mcpHTTP.Close() })
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("agentbox serving", "addr", addr, "data_dir", cfg.DataDir, "workspace_driver", m.Driver())
