@@ -290,6 +290,28 @@ func testMCPFlow(t *testing.T, s *mcpSession, repo string) {
 		t.Fatalf("create_workspace = %v %q", ws, text)
 	}
 
+	// An uploaded directory: a directory of the caller's machine through
+	// agentbox mcp, which runs there; never through the daemon's /mcp.
+	dir := t.TempDir()
+	for name, content := range map[string]string{"hello.txt": "hello from the caller\n", "sub/run.sh": "echo run\n", ".git/HEAD": "not sent\n"} {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755)
+		os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644)
+	}
+	if s.name == "stdio" {
+		up, _ := s.ok("create_workspace", map[string]any{"from_dir": dir, "task": task + "-upload"})
+		if up["session_default"] != false {
+			t.Errorf("a second workspace became the session's default: %v", up)
+		}
+		if r, _ := s.ok("run_command", map[string]any{"workspace": up["id"], "command": "cat hello.txt; ls -A; git log --oneline | wc -l"}); r["stdout"] != "hello from the caller\n.git\nhello.txt\nsub\n1\n" {
+			t.Errorf("the uploaded directory's workspace: %v", r)
+		}
+		if code, msg := s.fail("create_workspace", map[string]any{"from_dir": filepath.Join(dir, "nonexistent")}); code != "invalid" || !strings.Contains(msg, "no such file or directory") {
+			t.Errorf("from_dir of a missing directory: %s %s", code, msg)
+		}
+	} else if code, msg := s.fail("create_workspace", map[string]any{"from_dir": dir}); code != "invalid" || !strings.Contains(msg, "from_dir") {
+		t.Errorf("from_dir through /mcp: %s %s", code, msg)
+	}
+
 	// Files: a new file in new directories, an edit, a ranged read.
 	s.ok("write_file", map[string]any{"path": "tests/unit/test_sub.py", "content": "from calc import sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"})
 	s.ok("write_file", map[string]any{"path": "tests/unit/__init__.py", "content": ""})
@@ -695,4 +717,63 @@ func tarOf(files map[string]string) ([]byte, error) {
 		tw.Write([]byte(content))
 	}
 	return buf.Bytes(), tw.Close()
+}
+
+// TestMCPShutdown: a daemon stopping gracefully does not wait its whole
+// grace period for MCP sessions that have nothing in progress (an HTTP
+// session keeps a GET stream open for its whole life), lets a tool call
+// in progress answer, and ends one still running when the grace is over.
+func TestMCPShutdown(t *testing.T) {
+	started := func(t *testing.T, s *mcpSession, ws, command string) <-chan *mcp.CallToolResult {
+		token := "shutdown-" + command
+		done := make(chan *mcp.CallToolResult, 1)
+		go func() {
+			res, err := s.call(context.Background(), "run_command", map[string]any{"workspace": ws, "command": "echo started; " + command}, token)
+			if err != nil {
+				res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+			}
+			done <- res
+		}()
+		for deadline := time.Now().Add(30 * time.Second); len(s.progressOf(token)) == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("the command did not start")
+			}
+			time.Sleep(20 * time.Millisecond) // polling a notification's arrival, bounded
+		}
+		return done
+	}
+	t.Run("within the grace", func(t *testing.T) {
+		d, _, ws, _ := shutdownDaemon(t, 20*time.Second)
+		idle := mcpHTTP(t, d.data)
+		idle.ok("list_workspaces", nil)
+		busy := mcpHTTP(t, d.data)
+		done := started(t, busy, ws.ID, "sleep 2; echo finished")
+		start := time.Now()
+		d.stop(t)
+		if took := time.Since(start); took > 12*time.Second {
+			t.Errorf("the daemon took %s to stop with an idle MCP session and a 2 s call (grace 20s)", took)
+		}
+		res := <-done
+		if res.IsError || !strings.Contains(resultText(res), "finished") {
+			t.Errorf("a call in progress at SIGTERM, within the grace: %s", resultText(res))
+		}
+	})
+	t.Run("beyond the grace", func(t *testing.T) {
+		d, _, ws, _ := shutdownDaemon(t, 2*time.Second)
+		s := mcpHTTP(t, d.data)
+		done := started(t, s, ws.ID, "sleep 300")
+		start := time.Now()
+		d.stop(t)
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("the daemon took %s to stop with a call running past its grace of 2s", took)
+		}
+		select {
+		case res := <-done:
+			if !res.IsError && !strings.Contains(resultText(res), "canceled") && !strings.Contains(resultText(res), "killed") {
+				t.Errorf("a call running past the grace ended as: %s", resultText(res))
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("a call running past the grace did not end with the daemon")
+		}
+	})
 }

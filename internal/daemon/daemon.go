@@ -150,9 +150,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 	}
 	srv.RegisterOnShutdown(apiServer.Shutdown)
-	// MCP sessions take no new call and end once their calls answered,
-	// and with them their streams, which would hold the shutdown.
-	srv.RegisterOnShutdown(func() { go mcpHTTP.Close() })
+	// MCP sessions end once their calls have answered, and with them
+	// their streams, which would hold the shutdown.
+	srv.RegisterOnShutdown(mcpHTTP.Shutdown)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("agentbox serving", "addr", addr, "data_dir", cfg.DataDir, "workspace_driver", m.Driver())

@@ -16,6 +16,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -124,6 +125,13 @@ func (s *Server) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteC
 type HTTPHandler struct {
 	s *Server
 	h *mcp.StreamableHTTPHandler
+
+	mu sync.Mutex
+	// posts counts each session's POSTs in progress: the requests that
+	// carry its calls and, on their response stream, their answers.
+	posts map[string]int
+	// shutdown is set by Shutdown: a session ends once its POSTs have.
+	shutdown bool
 }
 
 // HTTPHandler returns the streamable HTTP handler of s. Its sessions keep
@@ -134,22 +142,62 @@ func (s *Server) HTTPHandler() *HTTPHandler {
 		SessionTimeout:      HTTPSessionIdle,
 		MaxRequestBodyBytes: MaxMessageBytes,
 	})
-	return &HTTPHandler{s: s, h: h}
+	return &HTTPHandler{s: s, h: h, posts: map[string]int{}}
 }
 
-func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.h.ServeHTTP(w, r) }
+// sessionHeader names a request's session (MCP's streamable HTTP).
+const sessionHeader = "Mcp-Session-Id"
 
-// Close ends every session gracefully, and with them the streams that
-// would otherwise hold a graceful shutdown for its whole grace period (a
-// session's GET stream ends only with the session): a session takes no
-// new call and ends once its calls in progress have answered. It returns
-// when every session has ended; Abort the server to hurry them.
-func (h *HTTPHandler) Close() {
-	var wg sync.WaitGroup
-	for ss := range h.s.mcp.Sessions() {
-		wg.Go(func() { ss.Close() })
+func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get(sessionHeader)
+	if r.Method != http.MethodPost || id == "" {
+		h.h.ServeHTTP(w, r)
+		return
 	}
-	wg.Wait()
+	h.mu.Lock()
+	h.posts[id]++
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.posts[id]--
+		last := h.posts[id] == 0
+		if last {
+			delete(h.posts, id)
+		}
+		end := last && h.shutdown
+		h.mu.Unlock()
+		if end {
+			h.end(id)
+		}
+	}()
+	h.h.ServeHTTP(w, r)
+}
+
+// Shutdown ends every session once it has answered the calls in progress
+// (at once for most: a session is idle between calls), and with them the
+// streams that would otherwise hold a graceful shutdown for its whole
+// grace period: a session's GET stream ends only with the session. Abort
+// the server to end the calls sooner.
+func (h *HTTPHandler) Shutdown() {
+	h.mu.Lock()
+	h.shutdown = true
+	busy := maps.Clone(h.posts)
+	h.mu.Unlock()
+	for ss := range h.s.mcp.Sessions() {
+		if busy[ss.ID()] == 0 {
+			go ss.Close()
+		}
+	}
+}
+
+// end closes the session id, if it is still there.
+func (h *HTTPHandler) end(id string) {
+	for ss := range h.s.mcp.Sessions() {
+		if ss.ID() == id {
+			// Close waits for calls the session took meanwhile.
+			go ss.Close()
+		}
+	}
 }
 
 // bind makes ws the default workspace of session ss; "" unbinds.
