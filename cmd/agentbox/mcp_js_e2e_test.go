@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/sandbox/backendtest"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// npmCacheEnv names the directory the npm packages of the tests are
+// installed in, outside the clone; default /var/cache/agentbox/npm.
+const npmCacheEnv = "AGENTBOX_NPM_CACHE"
+
+// nodeSDK installs the pinned TypeScript MCP SDK (testdata/mcp's package
+// and lock files) into the cache, once per lock file, and returns the
+// node_modules directory. Without node and npm, or the registry, it skips,
+// and fails under AGENTBOX_REQUIRE_SETUP=1.
+func nodeSDK(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			backendtest.SkipOrFail(t, tool+" is not installed (Node 20 runs the TypeScript MCP SDK's test)")
+		}
+	}
+	lock, err := os.ReadFile(filepath.Join("testdata", "mcp", "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg, err := os.ReadFile(filepath.Join("testdata", "mcp", "package.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := os.Getenv(npmCacheEnv)
+	if root == "" {
+		root = "/var/cache/agentbox/npm"
+	}
+	sum := sha256.Sum256(append(pkg, lock...))
+	dir := filepath.Join(root, "mcp-sdk-"+hex.EncodeToString(sum[:6]))
+	modules := filepath.Join(dir, "node_modules")
+	if _, err := os.Stat(filepath.Join(dir, ".installed")); err == nil {
+		return modules
+	}
+	// Install into a directory of its own, then move it into place: a
+	// run that dies halfway, or one beside it, never sees half a tree.
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		backendtest.SkipOrFail(t, "npm cache "+root+": "+err.Error())
+	}
+	tmp, err := os.MkdirTemp(root, ".install-")
+	if err != nil {
+		backendtest.SkipOrFail(t, "npm cache "+root+": "+err.Error())
+	}
+	defer os.RemoveAll(tmp)
+	for name, b := range map[string][]byte{"package.json": pkg, "package-lock.json": lock} {
+		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.CommandContext(t.Context(), "npm", "install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-update-notifier", "--cache", filepath.Join(root, "_cacache"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		backendtest.SkipOrFail(t, "npm install of the pinned @modelcontextprotocol/sdk failed: "+err.Error()+"\n"+string(out))
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ".installed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, ".installed")); serr != nil {
+			t.Fatalf("moving the npm install into place: %v", err)
+		}
+		// Another run installed it meanwhile.
+	}
+	return modules
+}
+
+// TestMCPTypeScriptSDK runs an agent's session with the official
+// TypeScript MCP SDK (testdata/mcp/client.mjs) against a real daemon
+// listening on TCP with a bearer token: over stdio through `agentbox mcp`,
+// and over streamable HTTP at /mcp (refused without the token). The
+// client validates every tool's schemas with Ajv and each structured
+// result against its tool's output schema.
+func TestMCPTypeScriptSDK(t *testing.T) {
+	requireDebianEngine(t)
+	modules := nodeSDK(t)
+	// The script resolves its imports from the node_modules next to it.
+	work := t.TempDir()
+	script, err := os.ReadFile(filepath.Join("testdata", "mcp", "client.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "client.mjs"), script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(modules, filepath.Join(work, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+
+	data := t.TempDir()
+	cleanupAll(t, data)
+	const token = "mcp-ts-token-0123456789abcdef"
+	addr := startTCPDaemon(t, data, token)
+	src := testutil.NewRepo(t, calcRepo)
+	for _, mode := range []string{"stdio", "http"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.CommandContext(t.Context(), "node", filepath.Join(work, "client.mjs"), mode)
+			cmd.Env = append(os.Environ(), "AGENTBOX_BIN="+binary, "AGENTBOX_HOST="+addr, "AGENTBOX_URL="+strings.Replace(addr, "tcp://", "http://", 1),
+				"AGENTBOX_TOKEN="+token, "REPO="+src.Dir)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("node client.mjs %s: %v\n%s%s", mode, err, stdout.String(), stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+			var sum struct {
+				Transport     string
+				Tools, Checks int
+			}
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Transport != mode || sum.Tools < 15 || sum.Checks < 100 {
+				t.Errorf("node client.mjs %s: summary %+v (%v)\n%s", mode, sum, err, stdout.String())
+			}
+			t.Logf("%s: %d tools, %d checks passed", mode, sum.Tools, sum.Checks)
+		})
+	}
+}
+
+// startTCPDaemon runs `agentbox serve` on a free loopback port with a
+// bearer token and returns its address (tcp://HOST:PORT).
+func startTCPDaemon(t *testing.T, data, token string) string {
+	t.Helper()
+	cmd := exec.Command(binary, "serve", "--data", data, "--listen", "tcp://127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "AGENTBOX_TOKEN="+token)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	// The daemon logs its address once it serves.
+	dec := json.NewDecoder(stderr)
+	for {
+		var line map[string]any
+		if err := dec.Decode(&line); err != nil {
+			t.Fatalf("daemon log ended before it served: %v", err)
+		}
+		if a, ok := line["addr"].(string); ok && line["msg"] == "agentbox serving" {
+			go io.Copy(io.Discard, io.MultiReader(dec.Buffered(), stderr))
+			return a
+		}
+	}
+}
