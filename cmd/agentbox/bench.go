@@ -26,6 +26,7 @@ func (c *cli) benchCmd() *cobra.Command {
 		{"create", "create → first exec per backend vs docker run --rm (runc, runsc) and bwrap; --profile shows where the time goes", bench.DefaultCreateRuns, bench.Create},
 		{"concurrent", "N sandboxes created at once, each running `true`, vs N concurrent docker run --rm", bench.DefaultConcurrentRuns, bench.Concurrent},
 		{"pool", "claim from a warm pool → first exec vs cold create → first exec (docker)", bench.DefaultPoolRuns, bench.Pool},
+		{"mcp", "MCP tool call round trip (run_command `true`) over stdio (agentbox mcp) and streamable HTTP (/mcp) vs the same exec through /v1; the overhead against a 1 ms goal", bench.DefaultMCPRuns, bench.MCP},
 		{"egress", "download and new-connection HTTP/CONNECT requests from a sandbox through the egress proxy vs the same python client on the host, direct (loopback upstreams)", bench.DefaultEgressRuns, bench.Egress},
 	} {
 		cmd.AddCommand(c.benchSandboxCmd(b.use, b.short, b.runs, func(ctx context.Context, o bench.SandboxOptions, w io.Writer) (any, func(io.Writer), error) {
@@ -87,6 +88,9 @@ func (c *cli) benchSandboxCmd(use, short string, runs int, run func(context.Cont
 			opts.EgressBytes = sizeMB * 1e6
 			if opts.GuestBinary == "" {
 				opts.GuestBinary = benchGuest(cfg)
+			}
+			if opts.Binary, err = os.Executable(); err != nil {
+				return err
 			}
 			opts.ImagesDir = filepath.Join(cfg.DataDir, "images")
 			opts.DockerHost = cfg.DockerHost

@@ -36,6 +36,7 @@ import (
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
@@ -78,6 +79,9 @@ type SandboxOptions struct {
 	Concurrency int
 	// GuestBinary is the static agentbox-guest binary. Required.
 	GuestBinary string
+	// Binary is the agentbox binary, run as `agentbox mcp` by the mcp
+	// benchmark (required there).
+	Binary string
 	// ImagesDir holds the local backend's unpacked root file systems
 	// (DATA/images); default a directory in the scratch dir.
 	ImagesDir string
@@ -475,14 +479,17 @@ func (e *env) ensureImage(ctx context.Context, name string) (rootfs string, _ er
 }
 
 // serveAPI starts the API in this process on a unix socket, as `agentbox
-// serve` does, and a client of it.
+// serve` does (with /mcp), and a client of it.
 func (e *env) serveAPI() error {
 	sock := filepath.Join(e.root, "agentbox.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return err
 	}
-	e.srv = &http.Server{Handler: api.New(e.m, api.Options{}), ReadHeaderTimeout: 10 * time.Second}
+	// MCP's streamable HTTP at /mcp, as the daemon serves it.
+	mcpHTTP := mcpserver.New(mcpserver.ManagerBackend(e.m), mcpserver.Options{}).HTTPHandler()
+	e.srv = &http.Server{Handler: api.New(e.m, api.Options{MCP: mcpHTTP}), ReadHeaderTimeout: 10 * time.Second}
+	e.srv.RegisterOnShutdown(mcpHTTP.Shutdown)
 	go e.srv.Serve(ln)
 	e.c, err = client.New("unix://"+sock, "")
 	return err
@@ -753,6 +760,7 @@ func (r SandboxResult) Print(w io.Writer) {
 		"concurrent": fmt.Sprintf("%d sandboxes created at once, each running `true` (wall time of all)", r.Concurrency),
 		"egress":     "HTTP(S) from inside a sandbox through the egress proxy vs the same client on the host, direct",
 		"pool":       "claim from a warm pool → first exec (`true`) vs cold create → first exec",
+		"mcp":        "MCP tool call round trip (run_command `true` in a running sandbox) vs the same exec through /v1",
 	}[r.Benchmark]
 	fmt.Fprintf(w, "agentbox bench %s: %s\nimage %s, %d runs per case, cases interleaved in shuffled rounds\n\n", r.Benchmark, title, r.Image, r.Runs)
 	width := len("case")
