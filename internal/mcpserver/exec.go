@@ -161,6 +161,7 @@ func (h *headTail) text(stream string, written int64) (string, bool) {
 	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
 		tail = tail[1:]
 	}
+	omitted = max(written, h.total) - int64(len(head)) - int64(len(tail))
 	note := fmt.Sprintf("\n[... %d bytes of %s left out ...]\n", omitted, stream)
 	return strings.ToValidUTF8(string(head), "\uFFFD") + note + strings.ToValidUTF8(string(tail), "\uFFFD"), true
 }
