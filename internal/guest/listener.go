@@ -32,6 +32,12 @@ const (
 	TokenFDEnv = "AGENTBOX_GUEST_TOKEN_FD"
 	// SocketEnv overrides DefaultSocketPath for the guest.
 	SocketEnv = "AGENTBOX_GUEST_SOCKET"
+	// CommandUserEnv, when set ("UID:GID"), is the user the guest runs
+	// commands as, apart from its own: see the package comment.
+	CommandUserEnv = "AGENTBOX_GUEST_COMMAND_USER"
+	// UserEnv ("UID:GID") is the guest's own user, which a guest started
+	// as root becomes; one started as another user must already be it.
+	UserEnv = "AGENTBOX_GUEST_USER"
 	// DefaultEgressSocketPath is where the daemon serves a sandbox's
 	// egress proxy, when its policy lets it reach anything.
 	DefaultEgressSocketPath = "/run/agentbox/egress.sock"
