@@ -647,6 +647,8 @@ func testCreateFailures(t *testing.T, s *suite) {
 			"another backend":   func(r *sandbox.CreateRequest) { r.Spec.Backend = "no-such-backend" },
 			"files is a file":   func(r *sandbox.CreateRequest) { r.Files = s.h.Guest },
 			"guest is a folder": func(r *sandbox.CreateRequest) { r.Guest = r.RunDir },
+			"guest as the user": func(r *sandbox.CreateRequest) { r.GuestUID, r.GuestGID = r.UID, r.GID },
+			"guest as root":     func(r *sandbox.CreateRequest) { r.GuestUID = -1 },
 		} {
 			t.Run(name, func(t *testing.T) {
 				req, _, _, _ := s.request(t, boxOpts{})
