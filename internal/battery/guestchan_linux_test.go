@@ -8,13 +8,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/backend/docker"
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -79,7 +83,21 @@ var guestchanMust = []string{
 // socket that is not the guest's.
 func TestGuestChannel(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
-		x := e.newBox(t, sandbox.Limits{})
+		// With an allowlist, so that the run directory holds the egress
+		// socket as well, and the guest's relay to it is exercised.
+		pol, err := policy.Parse([]byte("network:\n  mode: allowlist\n  allow: [\"h44.invalid:80\"]\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := e.m.CreateWorkspace(t.Context(), manager.CreateRequest{Repo: e.repo.ID, Task: "battery " + t.Name()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := &box{e: e, ws: w}
+		copyFile(t, probeBin, filepath.Join(x.files(), probeName), 0o755, sandboxUID, sandboxGID)
+		if x.sb, err = e.m.CreateSandbox(t.Context(), w.ID, sandbox.Spec{Policy: &pol}); err != nil {
+			t.Fatalf("CreateSandbox on %s: %v", e.name, err)
+		}
 		t.Run("H44 commands", func(t *testing.T) { testGuestChannel(t, x) })
 		t.Run("H44 refusals recorded", func(t *testing.T) { testGuestRefusals(t, x) })
 	})
@@ -92,11 +110,11 @@ func testGuestChannel(t *testing.T, x *box) {
 		t.Errorf("control: connecting to a socket open to all fails: %q (%s)", ctl["connect "+ctlSock], ctlSock)
 	}
 	for _, k := range guestchanMust {
-		if ctl["child:"+k] != "0" {
+		if !succeeded(ctl["child:"+k]) {
 			t.Errorf("control: %s against the probe's own child: %q, want 0: the probe cannot work", k, ctl["child:"+k])
 		}
 	}
-	if !anyKey(ctl, "child:open_fd", "0") {
+	if !anyKey(ctl, "child:open_fd") {
 		t.Errorf("control: no descriptor of the probe's own child opens: %q", ctlOut)
 	}
 
@@ -116,16 +134,31 @@ func testGuestChannel(t *testing.T, x *box) {
 	if len(labels) == 0 {
 		t.Fatalf("the probe aimed at no guest: %q", out)
 	}
+	gaps := x.e.procGaps(t)
 	for _, label := range labels {
 		for _, k := range guestchanMust {
-			if v, ok := got[label+":"+k]; !ok {
+			v, ok := got[label+":"+k]
+			switch {
+			case !ok:
 				t.Errorf("%s against the guest (%s): no result", k, label)
-			} else if v == "0" || strings.HasPrefix(v, "0 ") {
+			case !succeeded(v):
+			case gaps[k]:
+				t.Logf("%s: %s against the guest (%s) succeeds: a known gap of this runtime (see procGaps)", x.e.name, k, label)
+			default:
 				t.Errorf("%s against the guest (%s) succeeded", k, label)
 			}
 		}
 		for k, v := range got {
-			if (strings.HasPrefix(k, label+":open_fd") || strings.HasPrefix(k, label+":readlink_fd")) && (v == "0" || strings.HasPrefix(v, "0 ")) {
+			fd, isOpen := strings.CutPrefix(k, label+":open_fd")
+			_, isLink := strings.CutPrefix(k, label+":readlink_fd")
+			switch {
+			case !isOpen && !isLink, !succeeded(v):
+			case isLink && gaps["readdir_fd"]:
+			case isOpen && worldOpenable(v):
+				// A node any process opens by its own path (/dev/null):
+				// nothing of the guest's.
+				t.Logf("%s: the guest's fd %s opens, as anyone's would: %s", x.e.name, fd, v)
+			default:
 				t.Errorf("%s inside: %s: a command reaches the guest's descriptor", k, v)
 			}
 		}
@@ -140,8 +173,13 @@ func testGuestChannel(t *testing.T, x *box) {
 			}
 		}
 	}
-	if _, ok := got["connect "+guest.DefaultSocketPath]; !ok || sockets < 2 {
-		t.Errorf("the probe tried %d sockets, not the control socket %s: %q", sockets, guest.DefaultSocketPath, out)
+	for _, p := range []string{guest.DefaultSocketPath, guest.DefaultEgressSocketPath} {
+		if _, ok := got["connect "+p]; !ok {
+			t.Errorf("the probe did not try %s", p)
+		}
+	}
+	if got["connect "+guest.DefaultEgressSocketPath] == "ENOENT" {
+		t.Errorf("the sandbox has no egress socket to try")
 	}
 	// The shell's own kill, as a command would use it.
 	_, out, _ = x.sh(t, `for s in STOP TERM KILL; do kill -s $s "$1" 2>/dev/null; echo "kill_$s=$?"; done`, strconv.Itoa(pid))
@@ -151,6 +189,11 @@ func testGuestChannel(t *testing.T, x *box) {
 		}
 	}
 	x.mustStillWork(t, pid)
+	// The guest still relays the proxy to the egress socket, where the
+	// policy is enforced.
+	if out := x.probe(t, "", "net", "proxy:http://denied.invalid/h44"); !strings.HasPrefix(kv(out)["proxy http://denied.invalid/h44"], "403") {
+		t.Errorf("a request through the guest's proxy: %q, want the egress proxy's 403", out)
+	}
 }
 
 // testGuestRefusals connects to the sandbox's control socket from the
@@ -250,12 +293,59 @@ func guestExec(args ...string) guest.ExecRequest {
 	return guest.ExecRequest{Argv: append([]string{probePath}, args...), Timeout: 60 * time.Second}
 }
 
-// anyKey says whether some key with prefix has value v.
-func anyKey(m map[string]string, prefix, v string) bool {
+// anyKey says whether some key with prefix has a result that succeeded.
+func anyKey(m map[string]string, prefix string) bool {
 	for k, got := range m {
-		if strings.HasPrefix(k, prefix) && got == v {
+		if strings.HasPrefix(k, prefix) && succeeded(got) {
 			return true
 		}
 	}
 	return false
+}
+
+// succeeded says whether a guestchan result is a success: "0", or "0 "
+// and what was reached.
+func succeeded(v string) bool { return v == "0" || strings.HasPrefix(v, "0 ") }
+
+// worldOpenable says whether an opened descriptor (the probe's "0 KIND
+// MODE") is a character device that every user may read and write.
+func worldOpenable(v string) bool {
+	f := strings.Fields(v)
+	if len(f) != 3 || f[1] != "chr" {
+		return false
+	}
+	mode, err := strconv.ParseUint(f[2], 8, 32)
+	return err == nil && mode&0o006 == 0o006
+}
+
+// gvisorProcFixed is the first gVisor release whose /proc/PID/environ,
+// auxv, maps and smaps, and fd directory, are closed to a process that
+// may not trace the owner, as Linux's are (upstream 561ff6d23, "proc: fix
+// security checks on /proc/pid files").
+const gvisorProcFixed = 20251215
+
+// procGaps are the H44 probes that this environment's runtime answers for
+// any process whoever asks, so that no user or dumpability setting of the
+// guest can close them: gVisor before gvisorProcFixed serves environ,
+// auxv, maps and smaps with mode 0444 and lists the fd and fdinfo
+// directories (mode 0555) of every process, with no ptrace check. What
+// they show of the guest is its layout and its descriptor table; its
+// environment holds no token (it re-executes without it, see
+// initd.TakeToken), and none of those descriptors opens (checked above).
+func (e *env) procGaps(t *testing.T) map[string]bool {
+	if e.name != docker.NameGVisor {
+		return nil
+	}
+	out, err := exec.Command("runsc", "--version").Output()
+	if err != nil {
+		t.Fatalf("runsc --version: %v", err)
+	}
+	m := regexp.MustCompile(`(?:~|release-)(\d{8})`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("runsc --version: no release date in %q", out)
+	}
+	if v, _ := strconv.Atoi(string(m[1])); v >= gvisorProcFixed {
+		return nil
+	}
+	return map[string]bool{"environ": true, "auxv": true, "maps": true, "smaps": true, "readdir_fd": true, "fdinfo": true}
 }

@@ -224,8 +224,8 @@ func procProbes(label string, pid int) {
 		for _, flag := range []int{os.O_RDONLY, os.O_WRONLY} {
 			f, err := os.OpenFile(p, flag|syscall.O_NONBLOCK, 0)
 			if err == nil {
+				res = "0 " + describe(f)
 				f.Close()
-				res = "0"
 				break
 			}
 			if res == "ENOENT" || !os.IsNotExist(err) {
@@ -282,6 +282,20 @@ func readProc(p string, mem bool, addr int64) string {
 		return "read_" + errOf(err)
 	}
 	return "0"
+}
+
+// describe says what an opened file is: its type and permission bits.
+func describe(f *os.File) string {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return "?"
+	}
+	kind := map[uint32]string{unix.S_IFCHR: "chr", unix.S_IFBLK: "blk", unix.S_IFIFO: "fifo", unix.S_IFSOCK: "sock",
+		unix.S_IFREG: "file", unix.S_IFDIR: "dir"}[st.Mode&unix.S_IFMT]
+	if kind == "" {
+		kind = "other"
+	}
+	return fmt.Sprintf("%s %04o", kind, st.Mode&0o7777)
 }
 
 func rawKill(pid int, sig syscall.Signal) syscall.Errno {
