@@ -65,6 +65,8 @@ type Guest struct {
 	// the guest).
 	reaperArgv []string
 	cred       *syscall.Credential
+	// commands is the user commands run as, nil for the guest's own.
+	commands *User
 	// poolMu guards idle and warming.
 	poolMu sync.Mutex
 	idle   []*reaper // idle reapers, ready for a command
@@ -125,6 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 		reapers:    make(map[int]*reaper),
 		reaperArgv: reaperArgv(cfg.Landlock),
 		cred:       credential(cfg.Commands),
+		commands:   cfg.Commands,
 		devnull:    devnull,
 		// As PID 1 the sweep costs a scan of a few processes.
 		sweepOrphans: self == 1,

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"syscall"
 	"unsafe"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 )
 
@@ -149,6 +151,53 @@ func checkCaps() error {
 		if in != 0 {
 			return fmt.Errorf("capability %d is still in the bounding set", c)
 		}
+	}
+	return nil
+}
+
+// openPTY opens a terminal for a command that runs as u (nil: as the
+// guest). Its slave side belongs to the user that opens /dev/ptmx, so the
+// guest opens it with u's effective ids on this thread alone, as login
+// hands a terminal to its user: a command can open its own terminal by
+// name (/dev/pts/N), and none of the guest's. gVisor has no setfsuid,
+// hence the effective ids.
+func openPTY(u *User) (master, slave *os.File, err error) {
+	if u == nil {
+		return pty.Open()
+	}
+	type opened struct {
+		master, slave *os.File
+		err           error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		// A thread that cannot get the guest's ids back is not unlocked:
+		// it ends with this goroutine.
+		runtime.LockOSThread()
+		var o opened
+		if _, _, e := syscall.RawSyscall(unix.SYS_SETRESGID, ^uintptr(0), uintptr(u.GID), ^uintptr(0)); e != 0 {
+			o.err = fmt.Errorf("opening a terminal as group %d: %w", u.GID, e)
+		} else if _, _, e := syscall.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(u.UID), ^uintptr(0)); e != 0 {
+			o.err = fmt.Errorf("opening a terminal as user %d: %w", u.UID, e)
+		} else {
+			o.master, o.slave, o.err = pty.Open()
+		}
+		if restoreIDs() == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- o
+	}()
+	o := <-ch
+	return o.master, o.slave, o.err
+}
+
+// restoreIDs gives this thread back the guest's effective ids (its real
+// ones).
+func restoreIDs() error {
+	_, _, e1 := syscall.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(os.Getuid()), ^uintptr(0))
+	_, _, e2 := syscall.RawSyscall(unix.SYS_SETRESGID, ^uintptr(0), uintptr(os.Getgid()), ^uintptr(0))
+	if e1 != 0 || e2 != 0 {
+		return fmt.Errorf("restoring the guest's ids: %v %v", e1, e2)
 	}
 	return nil
 }

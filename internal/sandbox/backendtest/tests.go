@@ -255,6 +255,15 @@ func testSandbox(t *testing.T, s *suite) {
 		}
 	})
 
+	t.Run("terminal", func(t *testing.T) {
+		// The command's own terminal, as login hands one over: its user's,
+		// so that it opens by name too.
+		res, out, _, err := x.exec(t, guest.ExecRequest{TTY: true, Argv: []string{"sh", "-c", `t=$(tty) && echo reopened > "$t" && stat -c %u "$t"`}}, "")
+		if err != nil || res.ExitCode != 0 || !strings.Contains(out, "reopened") || !strings.Contains(out, fmt.Sprintf("\n%d", s.h.UID)) {
+			t.Errorf("reopening the terminal by name: %v %+v %q", err, res, out)
+		}
+	})
+
 	t.Run("environment", func(t *testing.T) {
 		if os.Getenv(s.canary) == "" {
 			t.Fatal("the canary is not set in this process")
