@@ -100,6 +100,7 @@ func TestGuestChannel(t *testing.T) {
 		}
 		t.Run("H44 commands", func(t *testing.T) { testGuestChannel(t, x) })
 		t.Run("H44 refusals recorded", func(t *testing.T) { testGuestRefusals(t, x) })
+		t.Run("H44 quiet teardown", func(t *testing.T) { testGuestTeardown(t, x) })
 	})
 }
 
@@ -252,6 +253,27 @@ func testGuestRefusals(t *testing.T, x *box) {
 		t.Errorf("%d log lines say a guest connection of sandbox %s was refused, want %d", lines, x.sb.ID, len(attempts))
 	}
 	x.mustStillWork(t, x.guestPid(t))
+}
+
+// testGuestTeardown stops the box's sandbox: the guest, whose connection
+// the daemon closes, dials again until it dies, and no refusal may come of
+// that (a guest.refused event is an anomaly, not the noise of every stop).
+func testGuestTeardown(t *testing.T, x *box) {
+	refused := func() int {
+		evs, err := x.e.st.ListEvents(context.Background(), store.EventFilter{SandboxID: x.sb.ID, Type: "guest.refused"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(evs)
+	}
+	before := refused()
+	if _, err := x.e.m.StopSandbox(t.Context(), x.sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the guest's longest backoff
+	if n := refused(); n != before {
+		t.Errorf("stopping the sandbox recorded %d guest.refused events", n-before)
+	}
 }
 
 // guestPid is the pid of the box's guest inside its sandbox, as its hello

@@ -66,8 +66,11 @@ func (l *live) close() {
 	if l.expiry != nil {
 		l.expiry.Stop()
 	}
-	l.conn.Close()
+	// The listener first: a guest whose connection drops dials again at
+	// once, and would be refused, as a second hello, by a listener still
+	// open.
 	l.ln.Close()
+	l.conn.Close()
 	l.egress.close()
 }
 
