@@ -348,26 +348,49 @@ const gvisorProcFixed = 20251215
 
 // procGaps are the H44 probes that this environment's runtime answers for
 // any process whoever asks, so that no user or dumpability setting of the
-// guest can close them: gVisor before gvisorProcFixed serves environ,
-// auxv, maps and smaps with mode 0444 and lists the fd and fdinfo
-// directories (mode 0555) of every process, with no ptrace check. What
-// they show of the guest is its layout and its descriptor table; its
+// guest can close them. Every gVisor release lists /proc/PID/fdinfo (mode
+// 0555, no ptrace check); those before gvisorProcFixed also serve
+// environ, auxv, maps and smaps (mode 0444) and the fd directory (0555).
+// What they show of the guest is its layout and its descriptor table: its
 // environment holds no token (it re-executes without it, see
 // initd.TakeToken), and none of those descriptors opens (checked above).
 func (e *env) procGaps(t *testing.T) map[string]bool {
 	if e.name != docker.NameGVisor {
 		return nil
 	}
-	out, err := exec.Command("runsc", "--version").Output()
+	gaps := map[string]bool{"fdinfo": true}
+	if release := runscRelease(t); release < gvisorProcFixed {
+		t.Logf("runsc of release %d, before %d: its /proc is open to all", release, gvisorProcFixed)
+		for _, k := range []string{"environ", "auxv", "maps", "smaps", "readdir_fd"} {
+			gaps[k] = true
+		}
+	}
+	return gaps
+}
+
+// runscRelease is the release date (YYYYMMDD) of the runsc the engine runs
+// gvisor sandboxes with, which need not be the one on PATH.
+func runscRelease(t *testing.T) int {
+	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
 	if err != nil {
-		t.Fatalf("runsc --version: %v", err)
+		t.Fatalf("docker info: %v", err)
 	}
-	m := regexp.MustCompile(`(?:~|release-)(\d{8})`).FindSubmatch(out)
+	var runtimes map[string]struct {
+		Path string `json:"path"`
+	}
+	if err := json.Unmarshal(out, &runtimes); err != nil || runtimes["runsc"].Path == "" {
+		t.Fatalf("the engine's runtimes %s: no runsc (%v)", out, err)
+	}
+	path := runtimes["runsc"].Path
+	if out, err = exec.Command(path, "--version").Output(); err != nil {
+		t.Fatalf("%s --version: %v", path, err)
+	}
+	// Debian's "0.0~20221219.0", a release's "release-20251215.0", a
+	// build's Go pseudo-version "v0.0.0-20260905035102-160fafc42237".
+	m := regexp.MustCompile(`(?:~|release-|v0\.0\.0-)(\d{8})`).FindSubmatch(out)
 	if m == nil {
-		t.Fatalf("runsc --version: no release date in %q", out)
+		t.Fatalf("%s --version: no release date in %q", path, out)
 	}
-	if v, _ := strconv.Atoi(string(m[1])); v >= gvisorProcFixed {
-		return nil
-	}
-	return map[string]bool{"environ": true, "auxv": true, "maps": true, "smaps": true, "readdir_fd": true, "fdinfo": true}
+	v, _ := strconv.Atoi(string(m[1]))
+	return v
 }

@@ -41,10 +41,10 @@
 //     its /proc files, descriptors and memory take the same user and a
 //     dumpable process, or CAP_SYS_PTRACE.
 //
-// What stays: gVisor before release-20251215.0 serves /proc/PID/environ,
-// auxv, maps and smaps, and lists the fd and fdinfo directories, of any
-// process to any other, whatever their users (none of those descriptors
-// opens, and the guest's environment holds no token: see
+// What stays: gVisor lists /proc/PID/fdinfo of any process to any other,
+// whatever their users, and before release-20251215.0 it serves environ,
+// auxv, maps and smaps and lists the fd directory too (none of those
+// descriptors opens, and the guest's environment holds no token: see
 // initd.TakeToken). Reapers run as the sandbox user, so a command can
 // signal or stop its own reaper, which the guest then replaces or kills.
 //

@@ -43,11 +43,12 @@
 //   - /dev holds fuse and net/tun besides runc's minimal set: the gvisor
 //     backend binds an empty root-owned file of mode 0000 over each, so
 //     they list but do not open.
-//   - /proc/PID/environ, auxv, maps and smaps are mode 0444 and the fd and
-//     fdinfo directories 0555, with no ptrace check (fixed upstream in
-//     release-20251215.0): any process reads those of any other, the
-//     guest's included, whatever its user. The guest's descriptors still
-//     do not open to commands, and its environment holds no token.
+//   - /proc/PID/environ, auxv, maps and smaps are mode 0444 and the fd
+//     directory 0555, with no ptrace check (fixed upstream in
+//     release-20251215.0; the fdinfo directory stays open in later ones):
+//     any process reads those of any other, the guest's included,
+//     whatever its user. The guest's descriptors still do not open to
+//     commands, and its environment holds no token.
 package docker
 
 import (
