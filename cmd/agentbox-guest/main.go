@@ -103,7 +103,7 @@ func run() int {
 		// After TakeToken: a guest started as root re-executes itself
 		// there, and would lose what it keeps here.
 		if err := initd.BecomeGuest(*self); err != nil {
-			log.Error("guest failed: commands must not run as the guest's user", "error", err)
+			log.Error("guest failed: it cannot become its own user", "user", self.String(), "error", err)
 			return 2
 		}
 	}

@@ -56,7 +56,7 @@ type jailSpec struct {
 	uid, gid  int
 	masks     []string
 	guestArgs []string
-	// separate says the guest has a user of its own (see users).
+	// separate says the guest has a user of its own (see writeUserMaps).
 	separate bool
 }
 
@@ -71,7 +71,7 @@ func bwrapArgs(j jailSpec) []string {
 	// Namespaces: user, pid, network (loopback only), ipc, uts, cgroup.
 	a := []string{"--unshare-user"}
 	if j.separate {
-		// The backend writes the user namespace's maps (users): two
+		// The backend writes the user namespace's maps (writeUserMaps): two
 		// users map to themselves on the host, the guest's and the
 		// commands'. bubblewrap 0.8 cannot combine this with
 		// --disable-userns; the seccomp filter, which refuses unshare,

@@ -555,7 +555,7 @@ func (b *Backend) start(ctx context.Context, req sandbox.CreateRequest, st stage
 	// jail's user namespace maps that user to itself: files written in
 	// /workspace belong to it on the host, and no host root exists inside
 	// at all. With a guest user, bubblewrap (and so the guest) runs as
-	// that user instead, and the backend maps both (users).
+	// that user instead, and the backend maps both (writeUserMaps).
 	cred := &syscall.Credential{Uid: uint32(req.UID), Gid: uint32(req.GID), Groups: []uint32{}}
 	var usernsW *os.File
 	if separate {
