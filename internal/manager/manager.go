@@ -196,8 +196,8 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	case cfg.GuestUID == 0 && cfg.GuestGID == 0:
 		cfg.GuestUID, cfg.GuestGID = DefaultGuestUID, DefaultGuestGID
 	}
-	if g := (sandbox.CreateRequest{UID: cfg.UID, GuestUID: cfg.GuestUID, GuestGID: cfg.GuestGID}); g.CheckGuestUser() != nil {
-		return nil, g.CheckGuestUser()
+	if err := (sandbox.CreateRequest{UID: cfg.UID, GuestUID: cfg.GuestUID, GuestGID: cfg.GuestGID}).CheckGuestUser(); err != nil {
+		return nil, err
 	}
 	if cfg.Author.Name == "" {
 		cfg.Author = workspace.Author{Name: "agentbox", Email: "agentbox@localhost"}
