@@ -210,7 +210,9 @@ func (s *suite) create(t *testing.T, o boxOpts) *box {
 	}
 	x.connect = time.Since(start)
 	x.conn = conn
-	t.Cleanup(func() { conn.Close() })
+	// The listener first, as the daemon does: a guest whose connection
+	// drops dials again at once, and would be refused.
+	t.Cleanup(func() { ln.Close(); conn.Close() })
 	return x
 }
 

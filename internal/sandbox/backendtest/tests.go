@@ -214,6 +214,15 @@ func testSandbox(t *testing.T, s *suite) {
 				t.Errorf("/proc/self/status lacks %q", w)
 			}
 		}
+		// A guest with a user of its own runs as that user: the backend
+		// started it so, and not as the commands' user.
+		if s.h.GuestUID != 0 {
+			pid := strconv.Itoa(x.conn.Info().Pid)
+			want := fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d\n", s.h.GuestUID, s.h.GuestUID, s.h.GuestUID, s.h.GuestUID)
+			if st := x.mustSh(t, "cat /proc/"+pid+"/status"); !strings.Contains(st, want) || !strings.Contains(st, "CapBnd:\t0000000000000000\n") {
+				t.Errorf("the guest (pid %s) does not run as its own user %d with an empty bounding set: %q", pid, s.h.GuestUID, st)
+			}
+		}
 	})
 
 	t.Run("exit status", func(t *testing.T) {
