@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,9 +40,17 @@ type cpStats struct {
 type remotePath struct {
 	target string // as given: a workspace or sandbox ID
 	path   string // absolute, clean
+	// dir says PATH ended in a slash: it must name a directory, never a
+	// symlink to one, and a copy goes into it or comes from it.
+	dir bool
 }
 
-func (r remotePath) String() string { return r.target + ":" + r.path }
+func (r remotePath) String() string {
+	if r.dir && r.path != "/" {
+		return r.target + ":" + r.path + "/"
+	}
+	return r.target + ":" + r.path
+}
 
 // inWorkspace returns the path relative to the workspace root when it is
 // inside /workspace.
@@ -60,10 +69,66 @@ func parseCpArg(s string) (remotePath, bool) {
 	if !ok || !(ids.HasPrefix(target, "ws") || ids.HasPrefix(target, "sb")) {
 		return remotePath{}, false
 	}
+	dir := strings.HasSuffix(p, "/")
 	if !path.IsAbs(p) {
 		p = path.Join(sandboxWorkdir, p)
 	}
-	return remotePath{target: target, path: path.Clean(p)}, true
+	return remotePath{target: target, path: path.Clean(p), dir: dir}, true
+}
+
+// notADir is why a remote path written with a trailing slash cannot be
+// copied into or from: typ is what the path is (a file API type: "file",
+// "symlink", "other"), "" when it does not exist.
+func notADir(p remotePath, typ string) error {
+	switch typ {
+	case "":
+		return fmt.Errorf("the directory %s does not exist: %w", p.path, errdefs.ErrNotFound)
+	case "symlink":
+		return errdefs.Invalid("%s is a symlink, not a directory: with a trailing slash the path must be a directory, and no link is followed", p.path)
+	case "file":
+		return errdefs.Invalid("%s is a file, not a directory: with a trailing slash the path must be a directory", p.path)
+	}
+	return errdefs.Invalid("%s is not a directory: with a trailing slash the path must be a directory", p.path)
+}
+
+// sandboxKind says what p is in the sandbox of target, as a shell there
+// sees it: "dir" (link says through a symlink), "file", "other", or
+// "none" if nothing is at p, "noparent" if its directory is missing too.
+// Used only where tar runs in the sandbox, so that a wrong answer (the
+// sandbox is not trusted) stays inside the sandbox.
+func sandboxKind(ctx context.Context, cl *client.Client, target, p string) (kind string, link bool, err error) {
+	var out bytes.Buffer
+	res, err := cl.Exec(ctx, target, client.Exec{Argv: []string{"sh", "-c",
+		`if [ -L "$1" ]; then l=symlink; fi
+if [ -d "$1" ]; then echo dir $l; elif [ -f "$1" ]; then echo file $l; elif [ -e "$1" ] || [ -L "$1" ]; then echo other $l
+elif [ -d "$(dirname "$1")" ]; then echo none; else echo noparent; fi`,
+		"sh", p}}, &out, io.Discard)
+	if err := execFailure("looking at "+p+" in the sandbox", res, err, ""); err != nil {
+		return "", false, err
+	}
+	f := strings.Fields(out.String())
+	if len(f) == 0 || len(f) > 2 || len(f) == 2 && f[1] != "symlink" {
+		return "", false, fmt.Errorf("looking at %s in the sandbox: unexpected answer %q", p, out.String())
+	}
+	switch f[0] {
+	case "dir", "file", "other", "none", "noparent":
+		return f[0], len(f) == 2, nil
+	}
+	return "", false, fmt.Errorf("looking at %s in the sandbox: unexpected answer %q", p, out.String())
+}
+
+// sandboxDirOnly refuses p, written with a trailing slash, unless
+// sandboxKind found a directory there (not a link to one).
+func sandboxDirOnly(p remotePath, kind string, link bool) error {
+	switch {
+	case link:
+		return notADir(p, "symlink")
+	case kind == "none" || kind == "noparent":
+		return notADir(p, "")
+	case kind != "dir":
+		return notADir(p, kind)
+	}
+	return nil
 }
 
 func (c *cli) cpCmd() *cobra.Command {
@@ -72,7 +137,9 @@ func (c *cli) cpCmd() *cobra.Command {
 		Short: "Copy files and directories between the host and a workspace's sandbox",
 		Long: "Copy a file or a directory tree between the host and a sandbox, docker cp style: one of SRC and DST is " +
 			"WS:PATH or SANDBOX:PATH (a relative PATH is under /workspace). An existing directory as DST receives " +
-			"SRC under its own name; otherwise DST names the copy.\n\n" +
+			"SRC under its own name; otherwise DST names the copy. A PATH that ends in a slash must be a " +
+			"directory, not a symlink to one: the copy goes into it (or is taken from it), and a symlink, a file " +
+			"or nothing there is refused, never replaced or followed.\n\n" +
 			"Paths under /workspace go through the workspace file API; other paths (e.g. /tmp) travel as a tar " +
 			"stream through an exec of tar in the sandbox. What comes out of a sandbox is checked before it is " +
 			"written: no absolute names or .., no links that leave the copied tree, no devices; the copy stops " +
@@ -130,9 +197,23 @@ func (c *cli) download(ctx context.Context, cl *client.Client, src remotePath, d
 			return cpStats{}, err
 		}
 		if top, err = cl.StatFile(ctx, ws, r); err != nil {
-			return cpStats{}, err
+			if src.dir && errors.Is(err, client.ErrNotFound) {
+				err = notADir(src, "")
+			}
+			return cpStats{}, fmt.Errorf("copying %s: %w", src, err)
+		}
+		if src.dir && top.Type != "dir" {
+			return cpStats{}, fmt.Errorf("copying %s: %w", src, notADir(src, top.Type))
 		}
 		rel, viaFiles = r, true
+	} else if src.dir {
+		kind, link, err := sandboxKind(ctx, cl, src.target, src.path)
+		if err == nil {
+			err = sandboxDirOnly(src, kind, link)
+		}
+		if err != nil {
+			return cpStats{}, fmt.Errorf("copying %s: %w", src, err)
+		}
 	}
 	srcIsDir := !viaFiles || top.Type == "dir" // a tar source may be either
 	sink, err := openLocalSink(dst, path.Base(src.path), srcIsDir && viaFiles)
@@ -235,6 +316,8 @@ func openLocalSink(dst, name string, srcIsDir bool) (*localSink, error) {
 	dir, top := dst, name
 	fi, err := os.Stat(dst)
 	switch {
+	case errors.Is(err, syscall.ENOTDIR) && strings.HasSuffix(dst, string(filepath.Separator)):
+		return nil, errdefs.Invalid("destination %s is not a directory", dst)
 	case err == nil && fi.IsDir():
 	case err == nil && srcIsDir:
 		return nil, errdefs.Invalid("cannot copy a directory onto the file %s", dst)
@@ -572,6 +655,11 @@ func uploadFiles(ctx context.Context, cl *client.Client, entries []localEntry, s
 	top := rel
 	fi, err := cl.StatFile(ctx, ws, rel)
 	switch {
+	case dst.dir && errors.Is(err, client.ErrNotFound):
+		return st, notADir(dst, "")
+	case dst.dir && err == nil && fi.Type != "dir":
+		// Never replaced, never written through.
+		return st, notADir(dst, fi.Type)
 	case err == nil && fi.Type == "dir":
 		top = path.Join(rel, filepath.Base(src))
 	case err == nil && srcIsDir:
@@ -614,33 +702,33 @@ func (c *cli) tarUpload(ctx context.Context, cl *client.Client, entries []localE
 	var st cpStats
 	// Where does the copy land: in an existing directory under its own
 	// name, else as dst itself.
-	var kind bytes.Buffer
-	res, err := cl.Exec(ctx, dst.target, client.Exec{Argv: []string{"sh", "-c",
-		`if [ -d "$1" ]; then echo dir; elif [ -e "$1" ] || [ -L "$1" ]; then echo other; elif [ -d "$(dirname "$1")" ]; then echo none; else echo noparent; fi`,
-		"sh", dst.path}}, &kind, io.Discard)
-	if err := execFailure("looking at the destination in the sandbox", res, err, ""); err != nil {
+	kind, link, err := sandboxKind(ctx, cl, dst.target, dst.path)
+	if err != nil {
 		return st, err
 	}
+	if dst.dir {
+		if err := sandboxDirOnly(dst, kind, link); err != nil {
+			return st, err
+		}
+	}
 	dir, name := path.Dir(dst.path), path.Base(dst.path)
-	switch strings.TrimSpace(kind.String()) {
+	switch kind {
 	case "dir":
 		dir, name = dst.path, filepath.Base(src)
-	case "other":
+	case "file", "other":
 		if srcIsDir {
 			return st, errdefs.Invalid("cannot copy a directory onto the file %s", dst)
 		}
 	case "none":
 	case "noparent":
 		return st, fmt.Errorf("the directory %s does not exist: %w", dir, errdefs.ErrNotFound)
-	default:
-		return st, fmt.Errorf("looking at the destination in the sandbox: unexpected answer %q", kind.String())
 	}
 	pr, pw := io.Pipe()
 	go func() {
 		pw.CloseWithError(writeTar(pw, entries, name, &st))
 	}()
 	var stderr bytes.Buffer
-	res, err = cl.ExecStdin(ctx, dst.target, client.Exec{Argv: []string{"tar", "-x", "-f", "-", "-C", dir}},
+	res, err := cl.ExecStdin(ctx, dst.target, client.Exec{Argv: []string{"tar", "-x", "-f", "-", "-C", dir}},
 		pr, io.Discard, &limitedBuffer{buf: &stderr, max: 4 << 10})
 	pr.CloseWithError(errors.New("the sandbox's tar ended"))
 	return st, execFailure("tar in the sandbox", res, err, stderr.String())

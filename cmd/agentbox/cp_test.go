@@ -127,6 +127,12 @@ func TestParseCpArg(t *testing.T) {
 		"ws_aaaaaaaaaaaa:/tmp/x":   "ws_aaaaaaaaaaaa:/tmp/x",
 		"ws_aaaaaaaaaaaa:rel/../p": "ws_aaaaaaaaaaaa:/workspace/p",
 		"sb_aaaaaaaaaaaa:":         "sb_aaaaaaaaaaaa:/workspace",
+		// A trailing slash is kept: it asks for a directory.
+		"ws_aaaaaaaaaaaa:dir/":     "ws_aaaaaaaaaaaa:/workspace/dir/",
+		"ws_aaaaaaaaaaaa:/tmp/d//": "ws_aaaaaaaaaaaa:/tmp/d/",
+		"sb_aaaaaaaaaaaa:./":       "sb_aaaaaaaaaaaa:/workspace/",
+		"sb_aaaaaaaaaaaa:/":        "sb_aaaaaaaaaaaa:/",
+		"ws_aaaaaaaaaaaa:dir/.":    "ws_aaaaaaaaaaaa:/workspace/dir",
 		"./ws_aaaaaaaaaaaa:x":      "",
 		"host:path":                "",
 		"/abs/path":                "",

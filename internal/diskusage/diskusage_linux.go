@@ -2,10 +2,8 @@ package diskusage
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -100,8 +98,8 @@ type walker struct {
 }
 
 func newWalker(root string) (*walker, error) {
-	var st syscall.Stat_t
-	if err := syscall.Lstat(root, &st); err != nil {
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
 		return nil, fmt.Errorf("measuring %s: %w", root, err)
 	}
 	mps, err := mountinfo.Under(root)
@@ -120,33 +118,74 @@ func newWalker(root string) (*walker, error) {
 // walk calls count for every inode under root on root's file system.
 // Entries that vanish or cannot be read while walking are skipped, as du
 // skips them: the data dir changes under a collector.
+//
+// The data dir holds trees that sandboxes change while they are measured
+// (copy workspaces, overlay upper layers): every name is looked up
+// relative to its parent directory's descriptor and directories are
+// opened with O_NOFOLLOW, so a directory exchanged for a symlink mid-walk
+// is skipped, never followed out of the tree (SECURITY.md H43).
 func (w *walker) walk(root string, count func(ino inode, nlink uint64, bytes int64)) {
-	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		// Not a directory: the one file.
+		var st unix.Stat_t
+		if unix.Lstat(root, &st) == nil && uint64(st.Dev) == w.dev && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			count(inode{uint64(st.Dev), st.Ino}, uint64(st.Nlink), st.Blocks*512)
+		}
+		return
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || uint64(st.Dev) != w.dev {
+		unix.Close(fd)
+		return
+	}
+	count(inode{uint64(st.Dev), st.Ino}, 1, st.Blocks*512)
+	w.walkDir(fd, root, count)
+}
+
+// walkDir counts what the directory open at fd (path p) holds, and closes
+// fd. Its names are read first, so that one descriptor per level is open.
+func (w *walker) walkDir(fd int, p string, count func(ino inode, nlink uint64, bytes int64)) {
+	dir := os.NewFile(uintptr(fd), p)
+	defer dir.Close()
+	var names []string
+	for {
+		batch, err := dir.Readdirnames(1024)
+		names = append(names, batch...)
 		if err != nil {
-			if d != nil && d.IsDir() && p != root {
-				return filepath.SkipDir
-			}
-			return nil
+			break
 		}
-		if d.IsDir() && w.mounts[p] {
-			return filepath.SkipDir // a file system of its own, not ours to count
-		}
-		var st syscall.Stat_t
-		if syscall.Lstat(p, &st) != nil {
-			return nil
+	}
+	for _, name := range names {
+		var st unix.Stat_t
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
 		}
 		if uint64(st.Dev) != w.dev {
-			// A mount the table did not show when the walk began.
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
+			continue // a file system of its own, not ours to count
+		}
+		child := filepath.Join(p, name)
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if isDir && w.mounts[child] {
+			continue // a bind mount of the same file system
 		}
 		nlink := uint64(st.Nlink)
-		if d.IsDir() {
+		if isDir {
 			nlink = 1 // a directory's count is its subdirectories' "..", not links
 		}
 		count(inode{uint64(st.Dev), st.Ino}, nlink, st.Blocks*512)
-		return nil
-	})
+		if !isDir {
+			continue
+		}
+		cfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		var cst unix.Stat_t
+		if unix.Fstat(cfd, &cst) != nil || uint64(cst.Dev) != w.dev {
+			unix.Close(cfd) // mounted over since it was looked at
+			continue
+		}
+		w.walkDir(cfd, child, count)
+	}
 }

@@ -54,14 +54,16 @@ type Options struct {
 	DockerHost string
 }
 
-// required lists the checks whose "missing" makes Report.OK false. Only git is required
-// for now: every other feature has a fallback or serves only some backends (the copy
-// driver stands in for overlayfs; the local, docker and gvisor backends each need only
-// their own pieces), so its absence is reported but does not fail the machine as a whole.
-// "platform" is what an unsupported OS reports.
+// required lists the checks whose "missing" makes Report.OK false: git, and bubblewrap,
+// which confines every host-side git over a workspace (diff, status, commit; see
+// gitx.Jail) besides being the local backend's jail. Every other feature has a fallback
+// or serves only some backends (the copy driver stands in for overlayfs; the docker and
+// gvisor backends need only their own pieces), so its absence is reported but does not
+// fail the machine as a whole. "platform" is what an unsupported OS reports.
 var required = map[string]bool{
-	"git":      true,
-	"platform": true,
+	"git":        true,
+	"bubblewrap": true,
+	"platform":   true,
 }
 
 // Run runs every check and returns the report. It never blocks longer than the slowest

@@ -22,7 +22,7 @@ func checkGit(ctx context.Context, _ Options) Check {
 	return c
 }
 
-// checkBubblewrap: the local backend's jail. Beyond the version, it runs a real sandbox
+// checkBubblewrap: the local backend's jail, and host-side git's (gitx.Jail). Beyond the version, it runs a real sandbox
 // with every namespace unshared, since bwrap can be installed yet unusable (user
 // namespaces off, or a setuid bwrap refused by the kernel).
 func checkBubblewrap(ctx context.Context, _ Options) Check {

@@ -41,7 +41,7 @@ func TestWriteThenRead(t *testing.T) {
 		{"mode", "secret", "s", 0o600, Info{Path: "secret", Name: "secret", Type: TypeFile, Size: 1, Mode: "0600"}},
 		{"exec", "run.sh", "#!/bin/sh\n", 0o755, Info{Path: "run.sh", Name: "run.sh", Type: TypeFile, Size: 10, Mode: "0755"}},
 		{"empty", "empty", "", 0, Info{Path: "empty", Name: "empty", Type: TypeFile, Mode: "0644"}},
-		{"unclean path", "./b//c.txt/", "x", 0, Info{Path: "b/c.txt", Name: "c.txt", Type: TypeFile, Size: 1, Mode: "0644"}},
+		{"unclean path", "./b//c.txt", "x", 0, Info{Path: "b/c.txt", Name: "c.txt", Type: TypeFile, Size: 1, Mode: "0644"}},
 		{"literal percent", "%2e%2e", "x", 0, Info{Path: "%2e%2e", Name: "%2e%2e", Type: TypeFile, Size: 1, Mode: "0644"}},
 	}
 	if err := os.Mkdir(e.path("b"), 0o755); err != nil {
@@ -177,6 +177,14 @@ func TestWriteRefusals(t *testing.T) {
 	if err := os.Mkdir(e.path("dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Links a sandbox planted, which a path ending in a slash must not
+	// replace.
+	if err := os.Symlink("dir", e.path("link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", e.path("out")); err != nil {
+		t.Fatal(err)
+	}
 	canceled, cancel := context.WithCancel(t.Context())
 	cancel()
 	tests := []struct {
@@ -191,6 +199,10 @@ func TestWriteRefusals(t *testing.T) {
 		{"at the limit is fine", t.Context(), "ten", strings.NewReader("1234567890"), 0, nil},
 		{"directory target", t.Context(), "dir", strings.NewReader("x"), 0, errdefs.ErrConflict},
 		{"root", t.Context(), ".", strings.NewReader("x"), 0, errdefs.ErrConflict},
+		{"trailing slash on a link", t.Context(), "link/", strings.NewReader("x"), 0, errdefs.ErrInvalid},
+		{"trailing slash on a link out", t.Context(), "out/", strings.NewReader("x"), 0, errdefs.ErrInvalid},
+		{"trailing slash on a file", t.Context(), "keep/", strings.NewReader("x"), 0, errdefs.ErrInvalid},
+		{"trailing slash on nothing", t.Context(), "new/", strings.NewReader("x"), 0, errdefs.ErrInvalid},
 		{"setuid mode", t.Context(), "suid", strings.NewReader("x"), 0o755 | fs.ModeSetuid, errdefs.ErrInvalid},
 		{"canceled", canceled, "keep", strings.NewReader("x"), 0, context.Canceled},
 		{"reader fails", t.Context(), "keep", iotest.TimeoutReader(strings.NewReader("abc")), 0, iotest.ErrTimeout},
@@ -211,6 +223,17 @@ func TestWriteRefusals(t *testing.T) {
 	}
 	if fi, err := os.Lstat(e.path("dir")); err != nil || !fi.IsDir() {
 		t.Errorf("dir was replaced: %v, %v", fi, err)
+	}
+	for name, target := range map[string]string{"link": "dir", "out": "/etc"} {
+		if got, err := os.Readlink(e.path(name)); err != nil || got != target {
+			t.Errorf("the link %s became %q, %v", name, got, err)
+		}
+	}
+	if _, err := os.Lstat(e.path("new")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a write to new/ made new: %v", err)
+	}
+	if entries, _ := os.ReadDir(e.path("dir")); len(entries) != 0 {
+		t.Errorf("a write through link/ landed in dir: %v", entries)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
@@ -24,12 +25,18 @@ import (
 // mode holds permission bits only (0 keeps an existing file's permissions,
 // else 0644). parents creates missing parent directories, owned as
 // Options.UID/GID. A body over MaxWriteBytes fails with ErrTooLarge and
-// leaves p untouched.
+// leaves p untouched. A p that ends in a slash names a directory, never a
+// file: it is refused with ErrInvalid (cleaning it would name, and replace,
+// whatever is there without the slash, a symlink included).
 func (f *FS) Write(ctx context.Context, p string, r io.Reader, mode fs.FileMode, parents bool) (Info, error) {
 	const op = "writing"
+	slash := strings.HasSuffix(p, "/")
 	p, err := cleanFor(op, p)
 	if err != nil {
 		return Info{}, err
+	}
+	if slash {
+		return Info{}, fmt.Errorf("%s %s/: the path ends in a slash, which names a directory, not a file: %w", op, p, errdefs.ErrInvalid)
 	}
 	if p == "." {
 		return Info{}, fmt.Errorf("%s %s: is the workspace root: %w", op, p, errdefs.ErrConflict)

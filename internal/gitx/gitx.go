@@ -39,6 +39,9 @@ type Cmd struct {
 	MaxOutput int64
 	// Redact lists strings removed from error messages (credentials).
 	Redact []string
+	// Jail, if set, runs git confined to the paths it lists (see Jail).
+	// Every git that reads a tree a sandbox controls runs so.
+	Jail *Jail
 }
 
 // ErrOutputTooLarge is returned when stdout exceeds Cmd.MaxOutput.
@@ -99,6 +102,14 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = c.Dir
+	if c.Jail != nil {
+		name, jargs, err := c.Jail.command(c.Dir, args)
+		if err != nil {
+			return nil, err
+		}
+		cmd = exec.CommandContext(ctx, name, jargs...)
+		cmd.Dir = "/"
+	}
 	cmd.Env = env
 	cmd.Stdin = c.Stdin
 	max := c.MaxOutput

@@ -176,6 +176,9 @@ type Manager struct {
 	pool *warmPool
 	// egressLog queues the egress proxy's decisions for the event log.
 	egressLog egressLog
+	// hostPathWarned remembers which warnings of hideHostPaths were
+	// logged.
+	hostPathWarned sync.Map
 
 	// failAt, when set by tests, is called at each named step of a
 	// multi-step operation and may return an error to inject a failure.

@@ -118,6 +118,9 @@ type Git struct {
 	Timeout time.Duration
 	// MaxDiffBytes caps a diff; 0 = 64 MiB.
 	MaxDiffBytes int64
+	// unconfined runs git without its jail. Only the benchmark that
+	// measures what the jail costs sets it.
+	unconfined bool
 }
 
 func (g Git) run(ctx context.Context, max int64, stdin io.Reader, args ...string) ([]byte, error) {
@@ -125,7 +128,11 @@ func (g Git) run(ctx context.Context, max int64, stdin io.Reader, args ...string
 	timeout := g.timeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, err := gitx.Run(ctx, gitx.Cmd{Hardened: true, MaxOutput: max, Stdin: stdin,
+	jail, err := g.jail()
+	if err != nil {
+		return nil, fmt.Errorf("workspace %s: %w", filepath.Base(g.Dir), err)
+	}
+	out, err := gitx.Run(ctx, gitx.Cmd{Hardened: true, MaxOutput: max, Stdin: stdin, Jail: jail,
 		Args: append([]string{"-c", "core.bare=false", "-c", "core.quotePath=false", "-c", "core.autocrlf=false", "-c", "core.symlinks=true"}, args...),
 		Env:  []string{"GIT_DIR=" + hg, "GIT_WORK_TREE=" + g.Files, "GIT_INDEX_FILE=" + filepath.Join(hg, "index")}})
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -135,6 +142,29 @@ func (g Git) run(ctx context.Context, max int64, stdin io.Reader, args ...string
 		return nil, fmt.Errorf("workspace %s: %v: %w", filepath.Base(g.Dir), err, errdefs.ErrTooLarge)
 	}
 	return out, err
+}
+
+// jail is what a host-side git over this workspace may see: the files
+// (read-only), the host-private git directory, and the object stores that
+// directory borrows from (its alternates, which only the host writes).
+// Nothing else of the host is there, so no path the sandbox plants or
+// swaps in its tree can lead git anywhere else (SECURITY.md H43).
+func (g Git) jail() (*gitx.Jail, error) {
+	if g.unconfined {
+		return nil, nil
+	}
+	hg := HostGitDir(g.Dir)
+	j := &gitx.Jail{ReadOnly: []string{g.Files}, Writable: []string{hg}}
+	alt, err := os.ReadFile(filepath.Join(hg, "objects", "info", "alternates"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reading the git directory's alternates: %w", err)
+	}
+	for _, line := range strings.Split(string(alt), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			j.ReadOnly = append(j.ReadOnly, line)
+		}
+	}
+	return j, nil
 }
 
 func (g Git) timeout() time.Duration {

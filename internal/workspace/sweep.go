@@ -28,15 +28,20 @@ func SweepTemp(d Driver, dir string) (removed int) {
 		return 0
 	}
 	defer root.Close()
-	upper := filepath.Join(dir, "upper")
-	filepath.WalkDir(upper, func(p string, e fs.DirEntry, err error) error {
+	// The upper layer is walked inside an os.Root too: it is the tree the
+	// sandbox changes, and a directory it swaps for a symlink mid-walk
+	// must not lead the walk out (SECURITY.md H43).
+	upper, err := os.OpenRoot(filepath.Join(dir, "upper"))
+	if err != nil {
+		return 0
+	}
+	defer upper.Close()
+	fs.WalkDir(upper.FS(), ".", func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
-		if e.Type().IsRegular() && strings.HasPrefix(e.Name(), ".agentbox-tmp-") {
-			if rel, err := filepath.Rel(upper, p); err == nil && root.Remove(rel) == nil {
-				removed++
-			}
+		if e.Type().IsRegular() && strings.HasPrefix(e.Name(), ".agentbox-tmp-") && root.Remove(p) == nil {
+			removed++
 		}
 		return nil
 	})

@@ -12,6 +12,11 @@
 // before the guest re-executes itself to hide its token (TakeToken), and
 // the next one once a command has started, not while it starts.
 //
+// A reaper leads a session of its own, in which each command is a process
+// group (on a terminal, the foreground one of the reaper's terminal): job
+// control then works as on Linux on every runtime, gVisor included. A
+// reaper that served a terminal serves nothing else.
+//
 // A reaper's main thread, which forks the commands, carries what the
 // commands inherit: a seccomp filter that keeps them from signalling,
 // tracing or limiting the guest, and, when the guest runs with --landlock,

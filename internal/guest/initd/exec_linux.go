@@ -196,6 +196,8 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 		closeOurs()
 		return guest.ExecResult{}, fmt.Errorf("handing the command to a reaper: %w", err)
 	}
+	// A reaper that was handed a terminal may hold it as its session's
+	// (see startCommand): it serves no other command.
 	reusable := false
 	defer func() {
 		if reusable {
@@ -249,7 +251,7 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 	if err != nil {
 		var se *guest.StartError
 		if errors.As(err, &se) {
-			reusable = true // it never started anything
+			reusable = !req.TTY // it never started anything
 		} else {
 			g.killReaper(r)
 		}
@@ -351,7 +353,7 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 		g.log.Warn("a reaper died without a verdict; sweeping its orphans", "reaper_pid", r.pid)
 		g.sweepStrays()
 	} else {
-		reusable = !exited
+		reusable = !exited && !req.TTY
 		g.sweepIfAlone()
 	}
 

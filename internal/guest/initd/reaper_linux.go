@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -61,6 +62,10 @@ func RunReaper(args []string) int {
 	// the guest, which then sweeps them itself (see Guest.sweepOrphans).
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	// A session of its own, for its commands' process groups (see
+	// startCommand). A reaper cannot fail to get one (it leads no group),
+	// and one that did would still run commands, in the guest's session.
+	syscall.Setsid()
 	// The same filter as the local jail's, with the guest protected: the
 	// commands of every backend get the same refusals (see package
 	// seccomp). A reaper that cannot install it runs no command.
@@ -205,14 +210,25 @@ func (r *reaperState) runOne(f guest.Frame) {
 	var status syscall.WaitStatus
 	var use usage
 	for {
-		var ws syscall.WaitStatus
-		var ru syscall.Rusage
-		pid, err := syscall.Wait4(-1, &ws, 0, &ru)
+		pid, err := waitExited()
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
 			break // ECHILD: nothing of the command's is left
+		}
+		if pid == cpid {
+			// The command's group dies before the command is reaped:
+			// without the command it has no link to the session (orphans
+			// go to PID 1 under gVisor), and gVisor would continue its
+			// stopped members with SIGHUP and SIGCONT at the reap. Until
+			// then no other group can take the command's pid as its id.
+			syscall.Kill(-cpid, syscall.SIGKILL)
+		}
+		var ws syscall.WaitStatus
+		var ru syscall.Rusage
+		if err := reap(pid, &ws, &ru); err != nil {
+			break // not a child after all: nothing is left to wait for
 		}
 		use.add(&ru)
 		if pid != cpid {
@@ -241,6 +257,35 @@ func (r *reaperState) runOne(f guest.Frame) {
 		UserCPU: use.user, SysCPU: use.sys, PeakMemBytes: use.peak}))
 }
 
+// waitExited waits until a child of the reaper has exited and returns its
+// pid, leaving it a zombie (waitid with WNOWAIT): the reaper may act on its
+// exit before anything that the reap sets off.
+func waitExited() (int, error) {
+	var si siginfoChild
+	_, _, e := syscall.Syscall6(syscall.SYS_WAITID, unix.P_ALL, 0, uintptr(unsafe.Pointer(&si)), unix.WEXITED|unix.WNOWAIT, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(si.pid), nil
+}
+
+// siginfoChild is a siginfo_t (128 bytes) as waitid fills it for a child.
+type siginfoChild struct {
+	_   [4]int32 // si_signo, si_errno, si_code, padding
+	pid int32
+	_   [108]byte
+}
+
+// reap reaps the child pid, which has exited.
+func reap(pid int, ws *syscall.WaitStatus, ru *syscall.Rusage) error {
+	for {
+		_, err := syscall.Wait4(pid, ws, 0, ru)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
 // usage sums what wait4 reports for each process of one command's tree.
 // A process's report covers the process and every descendant it waited
 // for, so the reports of the processes the reaper waits for (the command
@@ -266,7 +311,22 @@ func exitStatus(ws syscall.WaitStatus) (code, sig int) {
 }
 
 // startCommand checks what a shell would check and starts the command in
-// its own process group (its own session on a TTY).
+// a process group of its own in the reaper's session; on a TTY the reaper
+// takes the terminal as its session's and puts the command's group in the
+// foreground.
+//
+// That layout is the one job control needs on every runtime. The command's
+// group has a link to its session (the command's parent, the reaper, in
+// another group of the same session) as long as the command runs, so the
+// group is never orphaned and its stopped members are never sent SIGHUP
+// and SIGCONT. gVisor needs exactly this: it checks for orphans whenever a
+// member of a group is reaped (Linux only when a group becomes orphaned),
+// and it does not recount a process whose parent dies. A command leading a
+// session of its own would have no link at all. One in the guest's session
+// would lose its link on gVisor as soon as an orphan of its own is reaped:
+// the orphan went to PID 1, in another group of the same session, and its
+// reap takes away a link that it never was. PID 1 is outside the reaper's
+// session, so there orphans never count.
 func startCommand(req *guest.ExecRequest, fds []int) (int, error) {
 	argv0 := req.Argv[0]
 	dir := req.Workdir()
@@ -281,7 +341,15 @@ func startCommand(req *guest.ExecRequest, fds []int) (int, error) {
 	}
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	if req.TTY {
-		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		// A reaper that serves a terminal is not used again (the guest's
+		// call): it would keep it as its session's.
+		if unix.IoctlSetInt(fds[0], unix.TIOCSCTTY, 0) == nil {
+			sys = &syscall.SysProcAttr{Foreground: true, Ctty: fds[0]}
+		} else {
+			// Not a session leader, or one with a terminal already: the
+			// command leads a session of its own, as a login shell does.
+			sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		}
 	}
 	env := req.Env
 	if env == nil {

@@ -248,6 +248,57 @@ func testSandbox(t *testing.T, s *suite) {
 		}
 	})
 
+	// Job control as on Linux: a stopped member of the command's process
+	// group stays stopped until it is continued, or until the command's
+	// tree ends with the command. Neither the reap of another member nor
+	// the command's own exit sends it SIGHUP and SIGCONT, and the result
+	// is the command's own. (gVisor sends them whenever a member of a
+	// group it counts as orphaned is reaped, and counts wrong once a
+	// member's parent dies: see the reaper in package initd.)
+	t.Run("job control", func(t *testing.T) {
+		// Each script starts a child that stops itself and waits until it
+		// has, so that what follows happens while it is stopped.
+		const stopped = `sh -c 'trap "" HUP; kill -STOP $$; echo resumed' &
+until [ "$(cut -d' ' -f3 /proc/$!/stat)" = T ]; do sleep 0.01; done
+`
+		// A double fork leaves a child whose parent dies; it is reaped
+		// while its sibling is stopped.
+		res, out, errOut := x.sh(t, stopped+`(sleep 0.1 &)
+sleep 0.3
+echo "state $(cut -d' ' -f3 /proc/$!/stat)"
+kill -CONT $!
+wait $!
+echo "child $?"`)
+		if want := "state T\nresumed\nchild 0\n"; res.ExitCode != 0 || res.Signal != 0 || out != want {
+			t.Errorf("a stopped child continued later: %+v stdout %q stderr %q, want exit 0 and %q", res, out, errOut, want)
+		}
+
+		// On a terminal, where the command's group is the foreground one,
+		// other members are reaped while the child is stopped.
+		res, out, _, err := x.exec(t, guest.ExecRequest{TTY: true, Argv: []string{"sh", "-c",
+			stopped + `sleep 0.1; kill -CONT $!; wait $!; echo "child $?"`}}, "")
+		if err != nil || res.ExitCode != 0 || res.Signal != 0 || !strings.Contains(out, "resumed\r\nchild 0\r\n") {
+			t.Errorf("a stopped child on a terminal: %v %+v output %q, want exit 0 and resumed, child 0", err, res, out)
+		}
+
+		// Nobody continues it: it stays stopped, and the command waits for
+		// it until the timeout kills the tree.
+		res, out, errOut, err = x.exec(t, guest.ExecRequest{Timeout: time.Second, Argv: []string{"sh", "-c",
+			stopped + `(sleep 0.1 &); wait $!; echo "child $?"`}}, "")
+		if err != nil || !res.TimedOut || out != "" {
+			t.Errorf("a stopped child never continued: %v %+v stdout %q stderr %q, want a timeout and no output", err, res, out, errOut)
+		}
+
+		// The command exits and leaves the stopped child (which ignores
+		// SIGHUP): the child dies with the tree and never runs again.
+		start := time.Now()
+		res, out, errOut = x.sh(t, stopped+`exit 3`)
+		if res.ExitCode != 3 || res.Signal != 0 || res.TimedOut || strings.Contains(out, "resumed") {
+			t.Errorf("a command that leaves a stopped child: %+v stdout %q stderr %q after %s, want exit 3 and the child never resumed",
+				res, out, errOut, time.Since(start).Round(time.Millisecond))
+		}
+	})
+
 	t.Run("stdout stderr stdin", func(t *testing.T) {
 		res, out, errOut := x.sh(t, "echo out1; echo err1 >&2; echo out2; echo err2 >&2; exit 3")
 		if out != "out1\nout2\n" || errOut != "err1\nerr2\n" || res.ExitCode != 3 {

@@ -104,6 +104,8 @@ func main() {
 		forkn(atoi(args[0]), args[1])
 	case "zombies":
 		zombies()
+	case "swap":
+		swap(atoi(args[0]), args[1], args[2:])
 	default:
 		fmt.Fprintf(os.Stderr, "probe: unknown command %q\n", os.Args[1])
 		os.Exit(2)

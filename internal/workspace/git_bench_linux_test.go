@@ -1,0 +1,97 @@
+package workspace
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// BenchmarkDiffJail measures what confining host-side git costs (see
+// gitx.Jail): `ws diff` of a 20,000-file copy workspace with 50 files
+// changed, confined and unconfined, interleaved run by run so that machine
+// noise hits both. It reports the median of each and their ratio.
+//
+//	go test -run '^$' -bench DiffJail -benchtime 20x ./internal/workspace
+func BenchmarkDiffJail(b *testing.B) {
+	top := b.TempDir()
+	src := filepath.Join(top, "src")
+	for d := 0; d < 200; d++ {
+		dir := filepath.Join(src, fmt.Sprintf("pkg%03d", d))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for f := 0; f < 100; f++ {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d.go", f)), fmt.Appendf(nil, "package pkg%03d\n\n// file %d\n", d, f), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	testutil.Git(b, "", "init", "-q", "-b", "main", src)
+	testutil.Git(b, src, "add", ".")
+	testutil.Git(b, src, "commit", "-q", "-m", "20k files")
+	commit := testutil.Git(b, src, "rev-parse", "HEAD")
+	mirror := filepath.Join(top, "mirror.git")
+	testutil.Git(b, "", "clone", "-q", "--bare", src, mirror)
+	d, err := New(Copy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Join(top, "ws")
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		b.Fatal(err)
+	}
+	if err := d.Create(b.Context(), dir, Source{Repo: store.Repo{ID: "repo_bench", URL: src, Path: mirror}, Commit: commit, UID: testUID, GID: testGID}); err != nil {
+		b.Fatal(err)
+	}
+	defer Remove(b.Context(), d, dir)
+	confined := Git{Dir: dir, Files: d.Files(dir)}
+	if err := InitHostGit(b.Context(), dir, mirror, filepath.Join(confined.Files, ".git", "index")); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		p := filepath.Join(confined.Files, fmt.Sprintf("pkg%03d", i*4), "f000.go")
+		if err := os.WriteFile(p, []byte("package changed\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	unconfined := confined
+	unconfined.unconfined = true
+	run := func(g Git) time.Duration {
+		start := time.Now()
+		out, err := g.Diff(b.Context(), commit)
+		if err != nil || len(out) == 0 {
+			b.Fatalf("diff: %d bytes, %v", len(out), err)
+		}
+		return time.Since(start)
+	}
+	run(confined) // the first stage hashes every file; later runs find the index fresh
+	run(unconfined)
+	var withJail, without []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			withJail = append(withJail, run(confined))
+			without = append(without, run(unconfined))
+		} else {
+			without = append(without, run(unconfined))
+			withJail = append(withJail, run(confined))
+		}
+	}
+	b.StopTimer()
+	mj, mu := median(withJail), median(without)
+	b.ReportMetric(float64(mj.Microseconds())/1000, "ms-confined")
+	b.ReportMetric(float64(mu.Microseconds())/1000, "ms-unconfined")
+	b.ReportMetric(float64(mj)/float64(mu), "ratio")
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
