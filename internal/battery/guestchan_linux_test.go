@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend/docker"
+	"github.com/agentbox/agentbox/internal/backend/local"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/policy"
@@ -202,7 +204,7 @@ func testGuestChannel(t *testing.T, x *box) {
 // that is not a hello, a hello with a wrong token. Each is refused, and
 // recorded in the event log with the sandbox's id and in the log.
 func testGuestRefusals(t *testing.T, x *box) {
-	sock := filepath.Join(x.e.data, "sandboxes", x.sb.ID, "run", "agentbox.sock")
+	sock := x.hostSocket(t)
 	hello := guest.Hello{Version: guest.ProtocolVersion, Token: []byte(strings.Repeat("f", 64)), GuestVersion: "battery", Pid: 1}
 	attempts := map[string][]byte{
 		"silent":      nil,
@@ -274,6 +276,46 @@ func testGuestTeardown(t *testing.T, x *box) {
 	if n := refused(); n != before {
 		t.Errorf("stopping the sandbox recorded %d guest.refused events", n-before)
 	}
+}
+
+// hostSocket is the path through which the host reaches the box's control
+// socket: the daemon takes a run directory off the host once the sandbox
+// holds it (see the manager's hideHostPaths), so it is the path inside a
+// host process that sees the sandbox's mounts. Under runc that is the
+// container's init, under bubblewrap any process of the jail, under gVisor
+// the sandbox's gofer (its sentry sees no host file).
+func (x *box) hostSocket(t *testing.T) string {
+	t.Helper()
+	ref := x.ref(t)
+	var pids []int
+	if x.e.name == local.Name {
+		b, err := os.ReadFile(filepath.Join(x.cgroupDir(t, "pids"), "cgroup.procs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	} else {
+		out, err := exec.Command("docker", "inspect", "--format", "{{.State.Pid}}", ref).Output()
+		if err != nil {
+			t.Fatalf("docker inspect %s: %v", ref, err)
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil {
+			pids = append(pids, pid)
+		}
+		pids = append(pids, censusPids(ref)...)
+	}
+	for _, pid := range pids {
+		p := "/proc/" + strconv.Itoa(pid) + "/root" + guest.DefaultSocketPath
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&fs.ModeSocket != 0 {
+			return p
+		}
+	}
+	t.Fatalf("no process of sandbox %s (%v) shows its control socket", x.sb.ID, pids)
+	return ""
 }
 
 // guestPid is the pid of the box's guest inside its sandbox, as its hello
