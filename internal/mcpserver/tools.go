@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"strings"
@@ -14,8 +15,8 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
-// tools is the tool table: one entry per tool, in the order clients list
-// them. A new tool is one entry here, a handler, and, if it needs one, a
+// tools is the tool table: one entry per tool (clients list them by
+// name). A new tool is one entry here, a handler, and, if it needs one, a
 // Backend method.
 var tools = []tool{
 	newTool(spec{name: "create_workspace", title: "Create a workspace", schema: createSchema, description: `Create a durable workspace to work in: a git checkout of a repository (repo: a URL or the ID of a cached repo, optionally at ref), an empty scratch repository (empty: true), or one whose first commit is the files you give (files: {"path": "content"}). ` +
@@ -189,7 +190,7 @@ func (c *call) createWorkspace(in createWorkspaceIn) (workspaceOut, string, erro
 		if tarball, err = tarFiles(in.Files); err != nil {
 			return workspaceOut{}, "", err
 		}
-		w, err = c.s.b.UploadWorkspace(c.ctx, req, strings.NewReader(string(tarball)))
+		w, err = c.s.b.UploadWorkspace(c.ctx, req, bytes.NewReader(tarball))
 	case in.FromDir != "":
 		if c.s.dirs == nil {
 			return workspaceOut{}, "", errdefs.Invalid("create_workspace: from_dir is not offered here (a remote server cannot read your directories): give files instead")
