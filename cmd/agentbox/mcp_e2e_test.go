@@ -777,3 +777,16 @@ func TestMCPShutdown(t *testing.T) {
 		}
 	})
 }
+
+// TestMCPWithoutDaemon: agentbox mcp starts and serves its tools while no
+// daemon runs; each call is a tool error "unavailable" saying so, and the
+// session goes on.
+func TestMCPWithoutDaemon(t *testing.T) {
+	s := mcpStdio(t, t.TempDir())
+	checkTools(t, s)
+	for range 2 {
+		if code, msg := s.fail("list_workspaces", nil); code != "unavailable" || !strings.Contains(msg, "is `agentbox serve` running?") {
+			t.Errorf("list_workspaces with no daemon: %s %s", code, msg)
+		}
+	}
+}

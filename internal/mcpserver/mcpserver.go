@@ -14,10 +14,12 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -249,6 +251,12 @@ const ErrorKey = "agentbox/error"
 // output schema, and clients check that it does.)
 func errorResult(err error) *mcp.CallToolResult {
 	code, msg := errdefs.Code(err), errdefs.Message(err)
+	// A request that never reached the daemon (agentbox mcp while no
+	// daemon runs) is unavailable: trying again later can work.
+	var ue *url.Error
+	if code == "internal" && errors.As(err, &ue) {
+		code = "unavailable"
+	}
 	return &mcp.CallToolResult{
 		IsError: true,
 		Content: []mcp.Content{&mcp.TextContent{Text: code + ": " + msg}},
