@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/ids"
 	"github.com/agentbox/agentbox/internal/logx"
@@ -192,12 +193,7 @@ func (r *statusRecorder) Flush() {
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // ErrorBody is the JSON of every error response.
-type ErrorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
+type ErrorBody = apitypes.ErrorReply
 
 // StatusOf maps an error class to its HTTP status.
 func StatusOf(err error) int {
@@ -224,11 +220,11 @@ func StatusOf(err error) int {
 // and its message without the trailing class word.
 func ErrorOf(err error) ErrorBody { return errorBody(err) }
 
-func errorBody(err error) ErrorBody {
-	var b ErrorBody
-	b.Error.Code = errdefs.Code(err)
-	b.Error.Message = errMessage(err)
-	return b
+func errorBody(err error) ErrorBody { return ErrorBody{Error: *errorDetail(err)} }
+
+// errorDetail is the error part of err's body, as streams send it.
+func errorDetail(err error) *apitypes.ErrorDetail {
+	return &apitypes.ErrorDetail{Code: errdefs.Code(err), Message: errMessage(err)}
 }
 
 // errMessage drops the trailing class word that wrapping appends
@@ -275,5 +271,5 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, 200, map[string]string{"status": "ok", "version": Version, "workspace_driver": s.m.Driver()})
+	writeJSON(w, 200, apitypes.Health{Status: "ok", Version: Version, WorkspaceDriver: s.m.Driver()})
 }
