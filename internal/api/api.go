@@ -50,59 +50,6 @@ type Server struct {
 	closingOnce sync.Once
 }
 
-// route is one entry of the API.
-type route struct {
-	method, path string
-	handler      func(*Server, http.ResponseWriter, *http.Request)
-}
-
-// routes is the whole API. openapi.json must list exactly these.
-var routes = []route{
-	{"GET", "/v1/health", (*Server).health},
-	{"GET", "/v1/openapi.json", (*Server).openapi},
-	{"GET", "/metrics", (*Server).metrics},
-	{"POST", "/v1/repos", (*Server).addRepo},
-	{"GET", "/v1/repos", (*Server).listRepos},
-	{"GET", "/v1/repos/{id}", (*Server).getRepo},
-	{"POST", "/v1/repos/{id}/fetch", (*Server).fetchRepo},
-	{"DELETE", "/v1/repos/{id}", (*Server).removeRepo},
-	{"POST", "/v1/workspaces", (*Server).createWorkspace},
-	{"GET", "/v1/workspaces", (*Server).listWorkspaces},
-	{"GET", "/v1/workspaces/{id}", (*Server).getWorkspace},
-	{"DELETE", "/v1/workspaces/{id}", (*Server).removeWorkspace},
-	{"GET", "/v1/workspaces/{id}/status", (*Server).status},
-	{"GET", "/v1/workspaces/{id}/diff", (*Server).diff},
-	{"POST", "/v1/workspaces/{id}/diff/check", (*Server).checkDiff},
-	{"POST", "/v1/workspaces/{id}/commit", (*Server).commit},
-	{"POST", "/v1/workspaces/{id}/fork", (*Server).fork},
-	{"GET", "/v1/workspaces/{id}/files", (*Server).readFile},
-	{"PUT", "/v1/workspaces/{id}/files", (*Server).writeFile},
-	{"DELETE", "/v1/workspaces/{id}/files", (*Server).removeFile},
-	{"GET", "/v1/workspaces/{id}/files/stat", (*Server).statFile},
-	{"GET", "/v1/workspaces/{id}/files/list", (*Server).listFiles},
-	{"POST", "/v1/workspaces/{id}/files/mkdir", (*Server).mkdir},
-	{"POST", "/v1/workspaces/{id}/files/rename", (*Server).rename},
-	{"POST", "/v1/workspaces/{id}/files/grep", (*Server).grep},
-	{"POST", "/v1/workspaces/{id}/files/edit", (*Server).editFile},
-	{"POST", "/v1/workspaces/{id}/files/find", (*Server).findFiles},
-	{"POST", "/v1/sandboxes", (*Server).createSandbox},
-	{"GET", "/v1/sandboxes", (*Server).listSandboxes},
-	{"GET", "/v1/sandboxes/{id}", (*Server).getSandbox},
-	{"POST", "/v1/sandboxes/{id}/stop", (*Server).stopSandbox},
-	{"DELETE", "/v1/sandboxes/{id}", (*Server).removeSandbox},
-	{"POST", "/v1/sandboxes/{id}/exec", (*Server).exec},
-	{"POST", "/v1/workspaces/{id}/exec", (*Server).exec},
-	{"GET", "/v1/sandboxes/{id}/shell", (*Server).shell},
-	{"GET", "/v1/workspaces/{id}/shell", (*Server).shell},
-	{"GET", "/v1/events", (*Server).events},
-	{"POST", "/v1/gc", (*Server).gc},
-	{"GET", "/v1/usage", (*Server).usage},
-	{"GET", "/v1/sandboxes/{id}/usage", (*Server).sandboxUsage},
-	{"GET", "/v1/secrets", (*Server).listSecrets},
-	{"PUT", "/v1/secrets/{name}", (*Server).setSecret},
-	{"DELETE", "/v1/secrets/{name}", (*Server).removeSecret},
-}
-
 // New returns the API handler over m.
 func New(m *manager.Manager, opts Options) *Server {
 	s := &Server{m: m, token: opts.Token, log: opts.Logger, mux: http.NewServeMux(), metricsHandler: opts.Metrics, closing: make(chan struct{})}

@@ -93,8 +93,8 @@ type EditRequest struct {
 	// Old is the exact text to replace (whitespace and line ends
 	// included); it must not be empty.
 	Old string `json:"old"`
-	// New replaces it; empty deletes it.
-	New string `json:"new"`
+	// New replaces it; empty (or absent) deletes it.
+	New string `json:"new,omitempty"`
 	// All replaces every occurrence; without it Old must occur exactly
 	// once.
 	All bool `json:"all,omitempty"`

@@ -8,7 +8,7 @@ package apitypes
 // methods.
 type Policy struct {
 	// Network is what the sandbox may reach; none: no network at all.
-	Network PolicyNetwork `json:"network"`
+	Network PolicyNetwork `json:"network" openapi:"optional"`
 	// Secrets are bound by name ("GITHUB_TOKEN"); the sandbox sees the
 	// name as an environment variable holding a placeholder, and the
 	// egress proxy puts the real value (agentbox secret set) in requests
@@ -28,7 +28,7 @@ type Policy struct {
 // PolicyNetwork is the network part of a policy.
 type PolicyNetwork struct {
 	// Mode is "none" (the default) or "allowlist".
-	Mode string `json:"mode" enum:"none,allowlist"`
+	Mode string `json:"mode" enum:"none,allowlist" openapi:"optional"`
 	// Allow are host patterns: a host name, "*.domain" for its
 	// subdomains, each with an optional ":port". Only used with the
 	// allowlist mode.

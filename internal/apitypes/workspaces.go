@@ -132,8 +132,8 @@ type Diff struct {
 
 // Author is a commit identity.
 type Author struct {
-	Name  string `json:"name"`
-	Email string `json:"email"`
+	Name  string `json:"name,omitempty"`
+	Email string `json:"email,omitempty"`
 }
 
 // CommitRequest records every change as one commit on the workspace's
