@@ -1,6 +1,8 @@
 // Package api serves agentbox's HTTP/JSON API under /v1. It is the one
 // place where error classes become status codes (writeError), and its route
-// table is the single list that both the mux and the OpenAPI test read.
+// table (routes.go) is the single list of routes: the mux serves exactly
+// its entries, and openapi.json is generated from it and the apitypes
+// types (package openapigen).
 package api
 
 import (
