@@ -129,7 +129,10 @@ func TestExchangesMatchDocument(t *testing.T) {
 		func() error { _, err := cl.ListSecrets(ctx); return err }, // no secret store here
 		func() error { return cl.SetSecret(ctx, "NAME", "value") },
 		func() error { return cl.RemoveSecret(ctx, "NAME") },
-		func() error { _, err := cl.EditFile(ctx, ws.ID, client.EditRequest{Path: "a.txt", Old: "zz"}); return err },
+		func() error {
+			_, err := cl.EditFile(ctx, ws.ID, client.EditRequest{Path: "a.txt", Old: "zz"})
+			return err
+		},
 		func() error {
 			_, err := cl.CreateSandbox(ctx, client.CreateSandbox{Workspace: ws.ID, Policy: json.RawMessage(`{"bogus": 1}`)})
 			return err
