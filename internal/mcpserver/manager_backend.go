@@ -3,7 +3,6 @@ package mcpserver
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -13,71 +12,31 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/manager"
-	"github.com/agentbox/agentbox/internal/policy"
 )
 
 // ManagerBackend is the Backend of the daemon's /mcp: each tool call is a
 // call of the manager, as the /v1 handler of the same operation makes it
-// (the same checks, the same events, the same errors).
-//
-// The manager's own records become the API's shapes through their JSON
-// form, which is exactly what /v1 sends for them: the two surfaces cannot
-// drift apart, and this package needs none of the store's types.
+// (the same checks, the same events, the same errors). The manager's
+// records are the API's shapes (package apitypes), which the Backend
+// speaks too.
 func ManagerBackend(m *manager.Manager) Backend { return managerBackend{m} }
 
 type managerBackend struct{ m *manager.Manager }
 
-// wire converts v to out through v's JSON form.
-func wire[T any](v any, err error) (T, error) {
-	var out T
-	if err != nil {
-		return out, err
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return out, err
-	}
-	return out, json.Unmarshal(b, &out)
-}
-
-func (b managerBackend) createRequest(req client.CreateWorkspace) (manager.CreateRequest, error) {
-	cr := manager.CreateRequest{Repo: req.Repo, Empty: req.Empty, Ref: req.Ref, Branch: req.Branch, Task: req.Task, Driver: req.Driver}
-	if req.Disk != "" {
-		d, err := policy.ParseByteSize(req.Disk)
-		if err != nil {
-			return cr, errdefs.Invalid("disk: %v", err)
-		}
-		cr.Disk = d
-	}
-	return cr, nil
-}
-
 func (b managerBackend) CreateWorkspace(ctx context.Context, req client.CreateWorkspace) (client.Workspace, error) {
-	cr, err := b.createRequest(req)
-	if err != nil {
-		return client.Workspace{}, err
-	}
-	ws, err := b.m.CreateWorkspace(ctx, cr)
-	return wire[client.Workspace](ws, err)
+	return b.m.CreateWorkspace(ctx, req)
 }
 
 func (b managerBackend) UploadWorkspace(ctx context.Context, req client.CreateWorkspace, tarball io.Reader) (client.Workspace, error) {
-	cr, err := b.createRequest(req)
-	if err != nil {
-		return client.Workspace{}, err
-	}
-	ws, err := b.m.UploadWorkspace(ctx, cr, tarball)
-	return wire[client.Workspace](ws, err)
+	return b.m.UploadWorkspace(ctx, req, tarball)
 }
 
 func (b managerBackend) ListWorkspaces(ctx context.Context, repo, task string) ([]client.Workspace, error) {
-	wss, err := b.m.ListWorkspaces(ctx, manager.ListFilter{Repo: repo, Task: task})
-	return wire[[]client.Workspace](wss, err)
+	return b.m.ListWorkspaces(ctx, manager.ListFilter{Repo: repo, Task: task})
 }
 
 func (b managerBackend) GetWorkspace(ctx context.Context, id string) (client.Workspace, error) {
-	ws, err := b.m.GetWorkspace(ctx, id)
-	return wire[client.Workspace](ws, err)
+	return b.m.GetWorkspace(ctx, id)
 }
 
 func (b managerBackend) RemoveWorkspace(ctx context.Context, id string) error {
@@ -85,21 +44,11 @@ func (b managerBackend) RemoveWorkspace(ctx context.Context, id string) error {
 }
 
 func (b managerBackend) Status(ctx context.Context, id string) (client.Status, error) {
-	st, err := b.m.Status(ctx, id)
-	return wire[client.Status](st, err)
+	return b.m.Status(ctx, id)
 }
 
 func (b managerBackend) Fork(ctx context.Context, id string, req client.Fork) (client.Workspace, error) {
-	fr := manager.ForkRequest{Branch: req.Branch, Task: req.Task}
-	if req.Disk != "" {
-		d, err := policy.ParseByteSize(req.Disk)
-		if err != nil {
-			return client.Workspace{}, errdefs.Invalid("disk: %v", err)
-		}
-		fr.Disk = d
-	}
-	ws, err := b.m.ForkWorkspace(ctx, id, fr)
-	return wire[client.Workspace](ws, err)
+	return b.m.ForkWorkspace(ctx, id, req)
 }
 
 func (b managerBackend) Exec(ctx context.Context, ws string, req apitypes.ExecRequest, stdout, stderr io.Writer) (apitypes.ExecResult, error) {
@@ -198,17 +147,12 @@ func (b managerBackend) FindFiles(ctx context.Context, ws string, req apitypes.F
 	return res, err
 }
 
-func (b managerBackend) Grep(ctx context.Context, ws string, req client.GrepRequest) (client.GrepResult, error) {
-	var res fileapi.GrepResult
-	err := b.files(ctx, ws, false, func(f *fileapi.FS) error {
-		var err error
-		res, err = f.Grep(ctx, fileapi.GrepRequest{
-			Pattern: req.Pattern, Path: req.Path, IgnoreCase: req.IgnoreCase,
-			MaxMatches: req.MaxMatches, MaxFileBytes: req.MaxFileBytes, IncludeGit: req.IncludeGit,
-		})
+func (b managerBackend) Grep(ctx context.Context, ws string, req client.GrepRequest) (res client.GrepResult, err error) {
+	err = b.files(ctx, ws, false, func(f *fileapi.FS) error {
+		res, err = f.Grep(ctx, req)
 		return err
 	})
-	return wire[client.GrepResult](res, err)
+	return res, err
 }
 
 func (b managerBackend) Diff(ctx context.Context, ws string, paths ...string) (client.Diff, error) {
@@ -224,13 +168,11 @@ func (b managerBackend) Diff(ctx context.Context, ws string, paths ...string) (c
 }
 
 func (b managerBackend) Commit(ctx context.Context, ws, message string) (client.CommitResult, error) {
-	res, err := b.m.Commit(ctx, ws, message, nil)
-	return wire[client.CommitResult](res, err)
+	return b.m.Commit(ctx, ws, message, nil)
 }
 
 func (b managerBackend) CheckDiff(ctx context.Context, ws string) (client.DiffReport, error) {
 	rep, err := b.m.CheckDiff(ctx, ws, nil)
-	out, err := wire[client.DiffReport](rep, err)
-	out.ID = ws
-	return out, err
+	rep.ID = ws
+	return rep, err
 }

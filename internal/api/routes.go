@@ -1,0 +1,185 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
+)
+
+// route is one entry of the API: its pattern, its handler, and what the
+// OpenAPI document says of it.
+type route struct {
+	method, path string
+	handler      func(*Server, http.ResponseWriter, *http.Request)
+	op           Op
+}
+
+// Bodies and replies several routes share.
+var (
+	workspaceReply = []Reply{jsonReply(201, "the workspace", apitypes.Workspace{})}
+	removedReply   = ok(apitypes.Removed{})
+	sandboxReply   = ok(apitypes.Sandbox{})
+	repoStream     = []Reply{{Status: 200, Description: "the repo; with Accept: application/x-ndjson, git's progress lines and then the result (or an error) as they come",
+		Content: []Content{{Type: jsonType, Value: apitypes.RepoResult{}}, {Type: ndjsonType, Value: apitypes.RepoProgress{}, Stream: true}}}}
+	execBody = []Content{
+		{Type: jsonType, Value: apitypes.ExecRequest{}, Description: "the command; stdin is its whole input"},
+		{Type: ndjsonType, AnyOf: []any{apitypes.ExecRequest{}, apitypes.StdinLine{}}, Stream: true,
+			Description: "the first line is an ExecRequest (without stdin); every line after it is a StdinLine, streamed to the command while its output streams back (full duplex)"},
+	}
+	execReply = []Reply{{Status: 200,
+		Description: "Accept: application/json waits for the command's end and answers one ExecOutput (a buffered exec). Otherwise the output streams as it comes: NDJSON ExecLine lines (the last one holds the result or an error), or with Accept: text/event-stream the events stdout, stderr, result and error",
+		Content: []Content{
+			{Type: jsonType, Value: apitypes.ExecOutput{}},
+			{Type: ndjsonType, Value: apitypes.ExecLine{}, Stream: true},
+			{Type: sseType, Events: []Event{{"stdout", apitypes.ExecChunk{}}, {"stderr", apitypes.ExecChunk{}}, {"result", apitypes.ExecResult{}}, {"error", apitypes.ErrorDetail{}}}},
+		}}}
+	shellParams = []Param{
+		{Name: "argv", Description: "the command and its arguments, one parameter each; default /bin/sh", Repeated: true},
+		{Name: "env", Description: "KEY=VALUE, one parameter each: the command's whole environment beyond the sandbox's", Repeated: true},
+		q("workdir", "working directory, default /workspace"),
+		{Name: "rows", Description: "the terminal's first size, default 24x80", Type: "integer"},
+		{Name: "cols", Description: "the terminal's first size, default 24x80", Type: "integer"},
+	}
+	shellReply = []Reply{{Status: 101,
+		Description: "the connection becomes a WebSocket: binary messages carry the terminal's bytes both ways, text messages are ShellControl documents (the client sends resize; the server sends started, error and exit)"}}
+)
+
+// mcpDoc says what /mcp is; its messages are MCP's (JSON-RPC 2.0), not
+// this document's.
+const mcpDoc = "The tools of `agentbox mcp` over MCP's streamable HTTP transport (protocol 2025-11-25 and earlier), served by the daemon over its manager. " +
+	"A session starts with an initialize request without an Mcp-Session-Id header; the reply's Mcp-Session-Id header names it in every later request, and the session keeps its state (its default workspace) until a DELETE or 30 idle minutes. " +
+	"The bodies are JSON-RPC 2.0 messages of the MCP specification. Same listeners and authentication as /v1; 404 when the daemon serves no MCP endpoint."
+
+// routes is the whole API. The mux serves exactly these, and openapi.json
+// is generated from them (go generate ./internal/api).
+var routes = []route{
+	{"GET", "/v1/health", (*Server).health, Op{ID: "health", Tag: "daemon", Summary: "Check that the daemon answers; its version and workspace driver", Replies: ok(apitypes.Health{})}},
+	{"GET", "/v1/openapi.json", (*Server).openapi, Op{ID: "openapi", Tag: "daemon", Summary: "This document (OpenAPI 3.0)", Replies: []Reply{{Status: 200, Description: "the OpenAPI document", Content: []Content{{Type: jsonType, Value: map[string]any{}}}}}}},
+	{"GET", "/metrics", (*Server).metrics, Op{ID: "metrics", Tag: "daemon", Summary: "Prometheus metrics (404 when the daemon serves none)", Replies: []Reply{{Status: 200, Description: "metrics in the Prometheus text format", Content: []Content{{Type: textType}}}}}},
+	{"POST", "/mcp", (*Server).mcp, Op{ID: "mcpPost", Tag: "mcp", Summary: "MCP (streamable HTTP): send one JSON-RPC message of a session", Description: mcpDoc,
+		Body: []Content{{Type: jsonType, Value: map[string]any{}, Description: "one JSON-RPC message (a request, notification or response)"}},
+		Replies: []Reply{
+			{Status: 200, Description: "the response to a request, as one JSON document or, as the Accept header allows, a stream of the messages that lead to it (progress notifications) and the response",
+				Content: []Content{{Type: jsonType, Value: map[string]any{}}, {Type: sseType, Events: []Event{{"message", map[string]any{}}}}}},
+			{Status: 202, Description: "a notification or response was taken"},
+		}}},
+	{"GET", "/mcp", (*Server).mcp, Op{ID: "mcpGet", Tag: "mcp", Summary: "MCP (streamable HTTP): a session's stream of messages from the server", Description: mcpDoc,
+		Replies: []Reply{{Status: 200, Description: "the session's server-sent messages, until it ends", Content: []Content{{Type: sseType, Events: []Event{{"message", map[string]any{}}}}}}}}},
+	{"DELETE", "/mcp", (*Server).mcp, Op{ID: "mcpDelete", Tag: "mcp", Summary: "MCP (streamable HTTP): end a session", Description: mcpDoc,
+		Replies: []Reply{{Status: 204, Description: "the session ended"}}}},
+
+	{"POST", "/v1/repos", (*Server).addRepo, Op{ID: "addRepo", Tag: "repos", Summary: "Cache a remote: clone it once (201), or find it cached (200)",
+		Body: jsonBody(apitypes.AddRepoRequest{}),
+		Replies: []Reply{
+			{Status: 201, Description: "cloned now", Content: jsonBody(apitypes.RepoResult{})},
+			{Status: 200, Description: "already cached; with Accept: application/x-ndjson (whether cloned or not), git's progress lines and then the result (or an error) as they come",
+				Content: []Content{{Type: jsonType, Value: apitypes.RepoResult{}}, {Type: ndjsonType, Value: apitypes.RepoProgress{}, Stream: true}}},
+		}}},
+	{"GET", "/v1/repos", (*Server).listRepos, Op{ID: "listRepos", Tag: "repos", Summary: "List cached repos", Replies: ok(apitypes.RepoList{})}},
+	{"GET", "/v1/repos/{id}", (*Server).getRepo, Op{ID: "getRepo", Tag: "repos", Summary: "Show a repo by ID or URL", Replies: ok(apitypes.Repo{})}},
+	{"POST", "/v1/repos/{id}/fetch", (*Server).fetchRepo, Op{ID: "fetchRepo", Tag: "repos", Summary: "Bring a cached repo up to date from its remote",
+		Body: jsonBody(apitypes.FetchRepoRequest{}), BodyOptional: true, Replies: repoStream}},
+	{"DELETE", "/v1/repos/{id}", (*Server).removeRepo, Op{ID: "removeRepo", Tag: "repos", Summary: "Remove a cached repo (refused while workspaces use it, unless force)",
+		Params: []Param{qbool("force", "remove the repo's workspaces too")}, Replies: removedReply}},
+
+	{"POST", "/v1/workspaces", (*Server).createWorkspace, Op{ID: "createWorkspace", Tag: "workspaces",
+		Summary:     "Make a workspace: of a repo at a ref, empty, or from an uploaded directory",
+		Description: "A JSON body makes a workspace of a repo (added to the cache if it is a URL) or, with empty, a fresh repository with one empty commit. A tar stream (application/x-tar, or gzipped: application/gzip) uploads a directory tree that becomes the workspace's base commit; its options are then the query parameters. The daemon refuses uploads holding absolute names, '..', entries under a symlink, hard links, devices, FIFOs, .git, or more than its limits.",
+		Params: []Param{
+			q("branch", "upload only: the workspace's own branch"), q("task", "upload only: a task label"),
+			q("driver", "upload only: overlay or copy"), q("disk", `upload only: the disk quota, as "2G"`),
+		},
+		Body: []Content{
+			{Type: jsonType, Value: apitypes.CreateWorkspaceRequest{}},
+			{Type: tarType, Description: "a tar stream of the directory tree"},
+			{Type: gzipType, Description: "a gzipped tar stream of the directory tree"},
+		},
+		Replies: workspaceReply}},
+	{"GET", "/v1/workspaces", (*Server).listWorkspaces, Op{ID: "listWorkspaces", Tag: "workspaces", Summary: "List workspaces, of one repo or task",
+		Params: []Param{q("repo", "a repo ID or URL"), q("task", "a task label")}, Replies: ok(apitypes.WorkspaceList{})}},
+	{"GET", "/v1/workspaces/{id}", (*Server).getWorkspace, Op{ID: "getWorkspace", Tag: "workspaces", Summary: "Show a workspace", Replies: ok(apitypes.Workspace{})}},
+	{"DELETE", "/v1/workspaces/{id}", (*Server).removeWorkspace, Op{ID: "removeWorkspace", Tag: "workspaces", Summary: "Remove a workspace, its sandboxes and its files", Replies: removedReply}},
+	{"GET", "/v1/workspaces/{id}/status", (*Server).status, Op{ID: "workspaceStatus", Tag: "workspaces", Summary: "The paths changed since the base commit, and the disk quota's usage", Replies: ok(apitypes.Status{})}},
+	{"GET", "/v1/workspaces/{id}/diff", (*Server).diff, Op{ID: "workspaceDiff", Tag: "workspaces", Summary: "The unified diff from the base commit, of every path or of some",
+		Params: []Param{{Name: "path", Description: "limit the diff to these paths", Repeated: true}}, Replies: ok(apitypes.Diff{})}},
+	{"POST", "/v1/workspaces/{id}/diff/check", (*Server).checkDiff, Op{ID: "checkDiff", Tag: "workspaces",
+		Summary: "Check the result before it leaves: changed paths outside the policy's writable paths, added lines that look like secrets (200 whatever it finds)",
+		Body:    jsonBody(apitypes.DiffCheckRequest{}), BodyOptional: true, Replies: ok(apitypes.DiffReport{})}},
+	{"POST", "/v1/workspaces/{id}/commit", (*Server).commit, Op{ID: "commit", Tag: "workspaces", Summary: "Commit every change on the workspace's branch",
+		Body: jsonBody(apitypes.CommitRequest{}), Replies: ok(apitypes.CommitResult{})}},
+	{"POST", "/v1/workspaces/{id}/fork", (*Server).fork, Op{ID: "forkWorkspace", Tag: "workspaces", Summary: "Copy a workspace (only its own changes) onto a new branch",
+		Body: jsonBody(apitypes.ForkRequest{}), BodyOptional: true, Replies: workspaceReply}},
+
+	{"GET", "/v1/workspaces/{id}/files", (*Server).readFile, Op{ID: "readFile", Tag: "files",
+		Summary: "Read a file, or the range of it that lines or bytes selects: raw bytes, or with Accept: application/json one FileContent document (lines numbered)",
+		Params: []Param{qpath("path relative to the workspace root"),
+			q("lines", "FIRST:LAST (1-based, inclusive), FIRST:, :LAST or LINE; a range may be read from a file of any size"),
+			q("bytes", "OFFSET:LENGTH, or OFFSET: to the end")},
+		Replies: []Reply{{Status: 200, Description: "the content",
+			Content: []Content{{Type: binaryType}, {Type: jsonType, Value: apitypes.FileContent{}}}}}}},
+	{"PUT", "/v1/workspaces/{id}/files", (*Server).writeFile, Op{ID: "writeFile", Tag: "files", Summary: "Write a file atomically; durable before the reply",
+		Params: []Param{qpath("path relative to the workspace root"),
+			q("mode", "octal permissions; default: an existing file's, else 0644"),
+			qbool("parents", "make missing directories")},
+		Body: []Content{{Type: binaryType, Description: "the file's content"}}, BodyOptional: true, Replies: ok(apitypes.FileInfo{})}},
+	{"DELETE", "/v1/workspaces/{id}/files", (*Server).removeFile, Op{ID: "removeFile", Tag: "files", Summary: "Remove a file or directory",
+		Params:  []Param{qpath("path relative to the workspace root"), qbool("recursive", "remove a directory that is not empty")},
+		Replies: ok(apitypes.FileRemoved{})}},
+	{"GET", "/v1/workspaces/{id}/files/stat", (*Server).statFile, Op{ID: "statFile", Tag: "files", Summary: "Describe a path (a symlink is not followed)",
+		Params: []Param{qpath("path relative to the workspace root")}, Replies: ok(apitypes.FileInfo{})}},
+	{"GET", "/v1/workspaces/{id}/files/list", (*Server).listFiles, Op{ID: "listFiles", Tag: "files", Summary: "List a directory and, down to depth levels, what is inside it",
+		Params:  []Param{q("path", "the directory, default the root"), {Name: "depth", Description: "levels listed, 1 (default) to 256: 1 is the directory's own entries", Type: "integer"}},
+		Replies: ok(apitypes.FileList{})}},
+	{"POST", "/v1/workspaces/{id}/files/mkdir", (*Server).mkdir, Op{ID: "mkdir", Tag: "files", Summary: "Make a directory",
+		Body: jsonBody(apitypes.MkdirRequest{}), Replies: ok(apitypes.FileInfo{})}},
+	{"POST", "/v1/workspaces/{id}/files/rename", (*Server).rename, Op{ID: "rename", Tag: "files", Summary: "Move a path within the workspace",
+		Body: jsonBody(apitypes.RenameRequest{}), Replies: ok(apitypes.RenameRequest{})}},
+	{"POST", "/v1/workspaces/{id}/files/grep", (*Server).grep, Op{ID: "grep", Tag: "files", Summary: "Search file contents with a regular expression, bounded",
+		Body: jsonBody(apitypes.GrepRequest{}), Replies: ok(apitypes.GrepResult{})}},
+	{"POST", "/v1/workspaces/{id}/files/edit", (*Server).editFile, Op{ID: "editFile", Tag: "files",
+		Summary: "Replace exact text in a file: it must occur exactly once unless all; otherwise nothing changes and the error (409) quotes the nearest lines",
+		Body:    jsonBody(apitypes.EditRequest{}), Replies: ok(apitypes.EditResult{})}},
+	{"POST", "/v1/workspaces/{id}/files/find", (*Server).findFiles, Op{ID: "findFiles", Tag: "files", Summary: "Find paths by glob (* ? [...] within a name, ** across directories)",
+		Body: jsonBody(apitypes.FindRequest{}), Replies: ok(apitypes.FindResult{})}},
+
+	{"POST", "/v1/sandboxes", (*Server).createSandbox, Op{ID: "createSandbox", Tag: "sandboxes", Summary: "Start a sandbox on a workspace, with limits and a policy",
+		Body: jsonBody(apitypes.SandboxRequest{}), Replies: created(apitypes.Sandbox{})}},
+	{"GET", "/v1/sandboxes", (*Server).listSandboxes, Op{ID: "listSandboxes", Tag: "sandboxes", Summary: "List sandboxes, of one workspace",
+		Params: []Param{q("workspace", "a workspace ID")}, Replies: ok(apitypes.SandboxList{})}},
+	{"GET", "/v1/sandboxes/{id}", (*Server).getSandbox, Op{ID: "getSandbox", Tag: "sandboxes", Summary: "Show a sandbox", Replies: sandboxReply}},
+	{"POST", "/v1/sandboxes/{id}/stop", (*Server).stopSandbox, Op{ID: "stopSandbox", Tag: "sandboxes", Summary: "Stop a sandbox; its workspace stays", Replies: sandboxReply}},
+	{"DELETE", "/v1/sandboxes/{id}", (*Server).removeSandbox, Op{ID: "removeSandbox", Tag: "sandboxes", Summary: "Remove a sandbox", Replies: removedReply}},
+	{"POST", "/v1/sandboxes/{id}/exec", (*Server).exec, Op{ID: "execSandbox", Tag: "exec", Summary: "Run a command in a sandbox",
+		Body: execBody, Replies: execReply}},
+	{"POST", "/v1/workspaces/{id}/exec", (*Server).exec, Op{ID: "execWorkspace", Tag: "exec",
+		Summary: "Run a command in the workspace's sandbox, started if there is none; a sandbox that is gone is replaced (replaced: true)",
+		Body:    execBody, Replies: execReply}},
+	{"GET", "/v1/sandboxes/{id}/shell", (*Server).shell, Op{ID: "shellSandbox", Tag: "exec", Summary: "An interactive command on a terminal, over a WebSocket",
+		Params: shellParams, Replies: shellReply}},
+	{"GET", "/v1/workspaces/{id}/shell", (*Server).shell, Op{ID: "shellWorkspace", Tag: "exec", Summary: "An interactive command on a terminal in the workspace's sandbox, over a WebSocket",
+		Params: shellParams, Replies: shellReply}},
+
+	{"GET", "/v1/events", (*Server).events, Op{ID: "listEvents", Tag: "events", Summary: "The event log, oldest first; with follow, a stream of what is logged from then on",
+		Params: []Param{
+			q("repo", "events of a repo"), q("workspace", "events of a workspace"), q("sandbox", "events of a sandbox"), q("type", "events of one type (repo.cloned, ...)"),
+			{Name: "after", Description: "events after this ID", Type: "integer"},
+			{Name: "limit", Description: "at most this many (1 to 10000; default 1000)", Type: "integer"},
+			qbool("follow", "stream the events already logged after after, then each new one, as NDJSON (an empty line is a keepalive), or SSE with Accept: text/event-stream"),
+		},
+		Replies: []Reply{{Status: 200, Description: "the events; with follow, a stream",
+			Content: []Content{
+				{Type: jsonType, Value: apitypes.EventList{}},
+				{Type: ndjsonType, Value: apitypes.Event{}, Stream: true},
+				{Type: sseType, Events: []Event{{"event", apitypes.Event{}}}, Description: "each event's SSE id is the event's ID"},
+			}}}}},
+	{"POST", "/v1/gc", (*Server).gc, Op{ID: "gc", Tag: "daemon", Summary: "Collect disk down to the data budget: idle sandboxes, unused checkouts, old repo caches, then clean workspaces past their retention",
+		Body: jsonBody(apitypes.GCRequest{}), BodyOptional: true, Replies: ok(apitypes.GCReport{})}},
+	{"GET", "/v1/usage", (*Server).usage, Op{ID: "usage", Tag: "usage", Summary: "What execs and egress used, per task label (removed workspaces included)",
+		Params:  []Param{q("task", "one task label"), q("since", "an RFC 3339 time, or a Go duration (2h) meaning that long ago")},
+		Replies: ok(apitypes.Usage{})}},
+	{"GET", "/v1/sandboxes/{id}/usage", (*Server).sandboxUsage, Op{ID: "sandboxUsage", Tag: "usage", Summary: "What one sandbox used", Replies: ok(apitypes.SandboxUsage{})}},
+	{"GET", "/v1/secrets", (*Server).listSecrets, Op{ID: "listSecrets", Tag: "secrets", Summary: "List the secrets' names (never their values)", Replies: ok(apitypes.SecretList{})}},
+	{"PUT", "/v1/secrets/{name}", (*Server).setSecret, Op{ID: "setSecret", Tag: "secrets", Summary: "Store a secret's value, sealed; it never comes back out",
+		Body: jsonBody(apitypes.SecretRequest{}), Replies: ok(apitypes.SecretSet{})}},
+	{"DELETE", "/v1/secrets/{name}", (*Server).removeSecret, Op{ID: "removeSecret", Tag: "secrets", Summary: "Remove a secret", Replies: removedReply}},
+}
