@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"os"
@@ -17,68 +15,18 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-// npmCacheEnv names the directory the npm packages of the tests are
-// installed in, outside the clone; default /var/cache/agentbox/npm.
-const npmCacheEnv = "AGENTBOX_NPM_CACHE"
-
 // nodeSDK installs the pinned TypeScript MCP SDK (testdata/mcp's package
-// and lock files) into the cache, once per lock file, and returns the
-// node_modules directory. Without node and npm, or the registry, it skips,
-// and fails under AGENTBOX_REQUIRE_SETUP=1.
+// and lock files) into the npm cache outside the clone, once per lock file
+// (testutil.NPMTools), and returns its node_modules directory. Without
+// node and npm, or the registry, it skips, and fails under
+// AGENTBOX_REQUIRE_SETUP=1.
 func nodeSDK(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			backendtest.SkipOrFail(t, tool+" is not installed (Node 20 runs the TypeScript MCP SDK's test)")
-		}
-	}
-	lock, err := os.ReadFile(filepath.Join("testdata", "mcp", "package-lock.json"))
+	dir, err := testutil.NPMTools(t.Context(), filepath.Join("testdata", "mcp"))
 	if err != nil {
-		t.Fatal(err)
+		backendtest.SkipOrFail(t, "installing the pinned @modelcontextprotocol/sdk: "+err.Error())
 	}
-	pkg, err := os.ReadFile(filepath.Join("testdata", "mcp", "package.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := os.Getenv(npmCacheEnv)
-	if root == "" {
-		root = "/var/cache/agentbox/npm"
-	}
-	sum := sha256.Sum256(append(pkg, lock...))
-	dir := filepath.Join(root, "mcp-sdk-"+hex.EncodeToString(sum[:6]))
-	modules := filepath.Join(dir, "node_modules")
-	if _, err := os.Stat(filepath.Join(dir, ".installed")); err == nil {
-		return modules
-	}
-	// Install into a directory of its own, then move it into place: a
-	// run that dies halfway, or one beside it, never sees half a tree.
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		backendtest.SkipOrFail(t, "npm cache "+root+": "+err.Error())
-	}
-	tmp, err := os.MkdirTemp(root, ".install-")
-	if err != nil {
-		backendtest.SkipOrFail(t, "npm cache "+root+": "+err.Error())
-	}
-	defer os.RemoveAll(tmp)
-	for name, b := range map[string][]byte{"package.json": pkg, "package-lock.json": lock} {
-		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.CommandContext(t.Context(), "npm", "install", "--prefix", tmp, "--no-audit", "--no-fund", "--no-update-notifier", "--cache", filepath.Join(root, "_cacache"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		backendtest.SkipOrFail(t, "npm install of the pinned @modelcontextprotocol/sdk failed: "+err.Error()+"\n"+string(out))
-	}
-	if err := os.WriteFile(filepath.Join(tmp, ".installed"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(filepath.Join(dir, ".installed")); serr != nil {
-			t.Fatalf("moving the npm install into place: %v", err)
-		}
-		// Another run installed it meanwhile.
-	}
-	return modules
+	return filepath.Join(dir, "node_modules")
 }
 
 // TestMCPTypeScriptSDK runs an agent's session with the official
