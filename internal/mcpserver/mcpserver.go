@@ -66,7 +66,7 @@ type Server struct {
 }
 
 // instructions tell a model what agentbox is and how the tools fit.
-const instructions = `agentbox gives you durable workspaces (git checkouts, or scratch directories) and runs your commands in an isolated sandbox with the workspace mounted at /workspace: no network, no credentials, non-root. ` +
+const instructions = `agentbox gives you durable workspaces (git checkouts, or scratch directories) and runs your commands in an isolated sandbox with the workspace mounted at /workspace: non-root, no credentials, and no network unless the sandbox's policy allows hosts. ` +
 	`Start with create_workspace (from a repo URL, empty, or from files), or list_workspaces and use_workspace to pick one: the session then uses it whenever a call omits "workspace". ` +
 	`Read and change files with read_file, write_file and edit_file; explore with list_files, find_files and grep; run builds and tests with run_command. ` +
 	`When done, review with diff and check_diff, then commit. fork_workspace copies a workspace (N at once) so that attempts run side by side. ` +

@@ -20,7 +20,7 @@ import (
 // Backend method.
 var tools = []tool{
 	newTool(spec{name: "create_workspace", title: "Create a workspace", schema: createSchema, description: `Create a durable workspace to work in: a git checkout of a repository (repo: a URL or the ID of a cached repo, optionally at ref), an empty scratch repository (empty: true), or one whose first commit is the files you give (files: {"path": "content"}). ` +
-		`Commands run with the workspace at /workspace in a sandbox without network. The workspace gets its own branch; diff and commit compare with its base commit. ` +
+		`Commands run with the workspace at /workspace in a sandbox (without network unless its policy allows hosts). The workspace gets its own branch; diff and commit compare with its base commit. ` +
 		`If this session has no default workspace yet, the new one becomes it, so later calls may omit "workspace". Returns the workspace's id, branch and base commit.`},
 		(*call).createWorkspace),
 	newTool(spec{name: "list_workspaces", title: "List workspaces", readOnly: true, idempotent: true, description: `List the existing workspaces, optionally only those of one repo (URL or ID) or task label, and say which one this session uses by default. ` +
@@ -36,7 +36,7 @@ var tools = []tool{
 	newTool(spec{name: "remove_workspace", title: "Remove a workspace", destructive: true, idempotent: true, description: `Delete a workspace and its files for good, with its sandbox (for example a fork whose attempt failed). Its commits on its branch go with it. The workspace must be named explicitly.`},
 		(*call).removeWorkspace),
 	newTool(spec{name: "run_command", title: "Run a command", schema: bounds("max_output_bytes", 1024, MaxRunOutput), description: `Run a command in the workspace's sandbox (default: the session's workspace), in /workspace unless workdir says otherwise, and wait for it to end. ` +
-		`Give a shell command line in command (run as sh -c, so pipes, && and redirections work) or an argv array. The sandbox has no network and runs as a normal user; env adds variables; stdin is fed to the command. ` +
+		`Give a shell command line in command (run as sh -c, so pipes, && and redirections work) or an argv array. The sandbox runs as a normal user, with no network unless its policy allows hosts; env adds variables; stdin is fed to the command. ` +
 		`The command is killed after timeout (a duration like "90s" or "10m", default 10m). Returns the exit code, the signal that killed it if any, whether it timed out or ran out of memory, and its stdout and stderr: each keeps its first and last max_output_bytes/2 bytes (default 32 KiB in all) and says how many bytes in the middle were left out. ` +
 		`While it runs, its output is sent as progress notifications when the client asks for progress; cancelling the call kills the command.`},
 		(*call).runCommand),
