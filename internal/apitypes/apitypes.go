@@ -11,7 +11,10 @@
 // this package (issue 12, item 8).
 package apitypes
 
-import "time"
+import (
+	"encoding/base64"
+	"time"
+)
 
 // --- files
 
@@ -372,4 +375,15 @@ type Port struct {
 // PortList is the reply to a listing of published ports.
 type PortList struct {
 	Ports []Port `json:"ports"`
+}
+
+// Bytes is the chunk's data as the process wrote it: DataB64 decoded when
+// set, else Data.
+func (l ProcessLogs) Bytes() []byte {
+	if l.DataB64 != "" {
+		if b, err := base64.StdEncoding.DecodeString(l.DataB64); err == nil {
+			return b
+		}
+	}
+	return []byte(l.Data)
 }
