@@ -19,21 +19,13 @@ import (
 // wait, port.
 
 // runDetached starts req in target as a background process and prints
-// its ID (--json: the process, whose "id" is that ID).
-func (c *cli) runDetached(cmd *cobra.Command, target string, req client.Exec, stdin io.Reader) error {
+// its ID (--json: the process, whose "id" is that ID). agentbox's own
+// stdin is not read (a pipe that never ends would hold the call): input
+// goes through agentbox stdin.
+func (c *cli) runDetached(cmd *cobra.Command, target string, req client.Exec) error {
 	cl, err := c.client()
 	if err != nil {
 		return err
-	}
-	if stdin != nil {
-		b, err := io.ReadAll(io.LimitReader(stdin, 1<<20+1))
-		if err != nil {
-			return err
-		}
-		if len(b) > 1<<20 {
-			return fmt.Errorf("exec --detach: more than 1 MiB on stdin; give the rest with agentbox stdin: %w", client.ErrInvalid)
-		}
-		req.Stdin = string(b)
 	}
 	p, err := cl.StartProcess(cmd.Context(), target, req)
 	if err != nil {

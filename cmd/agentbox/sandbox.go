@@ -240,7 +240,8 @@ func (c *cli) execCmd() *cobra.Command {
 			"When agentbox's stdin is not a terminal (a pipe or a file), it streams to the command, " +
 			"which sees its end: `echo hi | agentbox exec WS -- cat` prints hi. -n gives the command no input.\n\n" +
 			"--detach starts the command in the background and prints its process ID (--json: {\"id\": ...}): it runs " +
-			"on until it exits, is killed or its sandbox stops; see agentbox ps, logs, kill, stdin, wait and port.",
+			"on until it exits, is killed or its sandbox stops; its input comes from agentbox stdin, not from agentbox's own. " +
+			"See agentbox ps, logs, kill, stdin, wait and port.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case len(args) == 0:
@@ -259,7 +260,7 @@ func (c *cli) execCmd() *cobra.Command {
 				stdin = c.stdin
 			}
 			if detach {
-				return c.runDetached(cmd, args[0], req, stdin)
+				return c.runDetached(cmd, args[0], req)
 			}
 			return c.runExec(cmd, args[0], req, stdin)
 		},
