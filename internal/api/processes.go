@@ -161,9 +161,11 @@ func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, id, pid stri
 	}
 }
 
+// processStdin takes up to manager.MaxStdinWrite bytes of input: the body
+// may be six times that, for text that JSON escapes (\u0000).
 func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) {
 	var in apitypes.ProcessStdin
-	if err := decodeLimit(w, r, &in, 2*manager.MaxStdinWrite); err != nil {
+	if err := decodeLimit(w, r, &in, 6*manager.MaxStdinWrite+4096); err != nil {
 		writeError(w, err)
 		return
 	}
