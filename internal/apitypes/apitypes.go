@@ -309,6 +309,18 @@ type ProcessLogs struct {
 	Process *Process `json:"process,omitempty"`
 }
 
+// LogQuery selects what a read of a process's logs returns (the query
+// parameters stream, offset and limit of its route).
+type LogQuery struct {
+	// Stream is "stdout" (default) or "stderr".
+	Stream string `json:"stream,omitempty"`
+	// Offset is the stream offset to read from; negative counts from the
+	// end (-1000: the last 1000 bytes).
+	Offset int64 `json:"offset,omitempty"`
+	// Limit bounds the bytes returned (default and most: 1 MiB, the ring).
+	Limit int `json:"limit,omitempty"`
+}
+
 // ProcessStdin is input for a process.
 type ProcessStdin struct {
 	// Data is text; DataB64 bytes, base64 (set one).

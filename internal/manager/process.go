@@ -377,17 +377,9 @@ func (m *Manager) GetProcess(ctx context.Context, target, id string) (apitypes.P
 }
 
 // LogQuery selects what a read of a process's logs returns.
-type LogQuery struct {
-	// Stream is "stdout" (default) or "stderr".
-	Stream string
-	// Offset is the stream offset to read from; negative counts from the
-	// end (-1000: the last 1000 bytes).
-	Offset int64
-	// Limit bounds the bytes returned (default and most: MaxLogRead).
-	Limit int
-}
+type LogQuery = apitypes.LogQuery
 
-func (q LogQuery) check() (int, int, error) {
+func checkLogQuery(q LogQuery) (int, int, error) {
 	i := 0
 	switch q.Stream {
 	case "", "stdout":
@@ -427,7 +419,7 @@ func (m *Manager) ProcessLogs(ctx context.Context, target, id string, q LogQuery
 	if err != nil {
 		return apitypes.ProcessLogs{}, err
 	}
-	i, limit, err := q.check()
+	i, limit, err := checkLogQuery(q)
 	if err != nil {
 		return apitypes.ProcessLogs{}, err
 	}
@@ -448,7 +440,7 @@ func (m *Manager) FollowProcessLogs(ctx context.Context, target, id string, q Lo
 	if err != nil {
 		return err
 	}
-	i, limit, err := q.check()
+	i, limit, err := checkLogQuery(q)
 	if err != nil {
 		return err
 	}
