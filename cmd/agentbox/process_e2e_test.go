@@ -273,6 +273,27 @@ func testProcesses(t *testing.T, backend string) {
 	if code == 0 || !strings.Contains(errOut, "ex_nope") || !strings.Contains(errOut, "not found") {
 		t.Errorf("logs of an unknown process: exit %d %q", code, errOut)
 	}
+
+	// The rings live in the daemon: one that stops takes its sandboxes
+	// and their processes with it, and the next one holds none of them,
+	// but says what their exec records say.
+	if backend != "docker" {
+		return
+	}
+	late, err := cl.StartProcess(ctx, ws, client.Exec{Argv: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.stop(t)
+	d = startDaemon(t, data)
+	cl = d.client(t)
+	if ps, err := cl.ListProcesses(ctx, ws); err != nil || len(ps) != 0 {
+		t.Errorf("ps after a restart: %v %v", ps, err)
+	}
+	_, err = cl.ProcessLogs(ctx, ws, late.ID, client.LogOptions{})
+	if !errors.Is(err, client.ErrNotFound) || !strings.Contains(err.Error(), "exec record says lost") {
+		t.Errorf("logs of a process of the last daemon: %v", err)
+	}
 }
 
 // waitForHTTP GETs url until it answers 200 (the server may still be

@@ -86,6 +86,10 @@ type procTable struct {
 	mu    sync.Mutex
 	byID  map[string]*process
 	order map[string][]*process // per workspace, oldest first
+	// supervisors counts the processes whose end is not recorded yet:
+	// Shutdown waits for them, so that no exec record of this daemon's
+	// stays running.
+	supervisors sync.WaitGroup
 }
 
 func (t *procTable) init() {
@@ -200,6 +204,7 @@ func (m *Manager) startProcess(ctx context.Context, wsID string, req guest.ExecR
 		map[string]any{"exec_id": rec.ID, "argv": req.Argv, "pid": gp.Pid()})
 	m.log.InfoContext(bg, "process started", KeySandbox, sb.ID, KeyWorkspace, wsID, KeyExec, rec.ID)
 	handedOver = true
+	m.procs.supervisors.Add(1)
 	go m.superviseProcess(bg, p, sb, rec, lv, oom)
 	return p, nil
 }
@@ -207,6 +212,7 @@ func (m *Manager) startProcess(ctx context.Context, wsID string, req guest.ExecR
 // superviseProcess waits for p to end, records it as an exec, releases
 // the sandbox's claim and forgets the oldest ended processes.
 func (m *Manager) superviseProcess(ctx context.Context, p *process, sb store.Sandbox, rec store.Exec, lv *live, oom oomWatch) {
+	defer m.procs.supervisors.Done()
 	start := time.Now()
 	res, err := p.gp.Wait(context.Background())
 	p.stdin.kill()
