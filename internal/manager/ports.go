@@ -34,10 +34,14 @@ import (
 // token. A published port lives as long as its sandbox: a replaced
 // sandbox starts with none.
 const (
-	// maxPortsPublished bounds the published ports of one sandbox, and
-	// maxPortConns the connections relayed at once through one port.
+	// maxPortsPublished bounds the published ports of one sandbox,
+	// maxPortConns the connections relayed at once through one port, and
+	// maxDialedConns those the API forwards at once to one sandbox: in
+	// all well below the streams one guest connection carries (1024), so
+	// that connections never keep commands from starting.
 	maxPortsPublished = 16
-	maxPortConns      = 64
+	maxPortConns      = 32
+	maxDialedConns    = 64
 )
 
 // published is one published port of a live sandbox.
@@ -59,6 +63,8 @@ type portSet struct {
 	mu     sync.Mutex
 	ports  map[uint16]*published
 	closed bool
+	// dialed counts the connections DialPort holds open.
+	dialed atomic.Int64
 }
 
 func (s *portSet) closeAll() {
@@ -260,10 +266,15 @@ func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 			return nil, errdefs.Invalid("port %d is the guest's own egress proxy, not a server of the sandbox's", port)
 		}
 	}
+	if lv.ports.dialed.Add(1) > maxDialedConns {
+		lv.ports.dialed.Add(-1)
+		return nil, fmt.Errorf("sandbox %s already has %d forwarded connections open: %w", id, maxDialedConns, errdefs.ErrUnavailable)
+	}
 	ours, theirs := net.Pipe()
 	lv.inflight.Add(1)
 	gp, err := lv.conn.OpenPort(ctx, pn, theirs)
 	if err != nil {
+		lv.ports.dialed.Add(-1)
 		lv.done()
 		ours.Close()
 		theirs.Close()
@@ -275,6 +286,7 @@ func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	}
 	go func() {
 		defer lv.done()
+		defer lv.ports.dialed.Add(-1)
 		gp.Wait(context.Background())
 		theirs.Close()
 	}()

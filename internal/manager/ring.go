@@ -42,6 +42,7 @@ func (r *ring) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		if len(r.buf) < r.size && int64(len(r.buf)) == r.total {
 			k := min(len(p), r.size-len(r.buf))
+			r.grow(len(r.buf) + k)
 			r.buf = append(r.buf, p[:k]...)
 			r.total += int64(k)
 			p = p[k:]
@@ -50,7 +51,8 @@ func (r *ring) Write(p []byte) (int, error) {
 		if len(r.buf) < r.size {
 			// Skipped ahead above before the buffer was full: make it
 			// full size, so that offsets wrap from here on.
-			r.buf = append(r.buf, make([]byte, r.size-len(r.buf))...)
+			r.grow(r.size)
+			r.buf = r.buf[:r.size]
 		}
 		i := int(r.total % int64(r.size))
 		k := copy(r.buf[i:], p)
@@ -60,6 +62,18 @@ func (r *ring) Write(p []byte) (int, error) {
 	close(r.wake)
 	r.wake = make(chan struct{})
 	return n, nil
+}
+
+// grow makes room for n bytes in buf, doubling its capacity but never
+// past size, so that a ring never holds more than size bytes of memory.
+func (r *ring) grow(n int) {
+	if n <= cap(r.buf) {
+		return
+	}
+	c := min(max(2*cap(r.buf), n, 4096), r.size)
+	b := make([]byte, len(r.buf), c)
+	copy(b, r.buf)
+	r.buf = b
 }
 
 // close marks the end of the stream: followers return once they have

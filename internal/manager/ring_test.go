@@ -66,7 +66,23 @@ func TestRing(t *testing.T) {
 			if d := cmp.Diff(stream(int(tt.start), tt.n), data); d != "" {
 				t.Errorf("data (-want +got):\n%s", d)
 			}
+			if cap(r.buf) > tt.size {
+				t.Errorf("the ring holds %d bytes of memory, more than its %d", cap(r.buf), tt.size)
+			}
 		})
+	}
+}
+
+// TestRingMemory writes a ring of the real size in small chunks: its
+// buffer grows to exactly the size, never past it.
+func TestRingMemory(t *testing.T) {
+	r := newRing(ProcessRingBytes)
+	chunk := stream(0, 1000)
+	for range 3 * ProcessRingBytes / 1000 {
+		r.Write(chunk)
+	}
+	if cap(r.buf) != ProcessRingBytes || len(r.buf) != ProcessRingBytes {
+		t.Errorf("ring buffer len %d cap %d, want %d", len(r.buf), cap(r.buf), ProcessRingBytes)
 	}
 }
 
