@@ -66,6 +66,10 @@ func testProcesses(t *testing.T, backend string) {
 	if _, err := cl.WriteFile(ctx, ws, "www/index.html", strings.NewReader("hello from the sandbox\n"), 0o644, true); err != nil {
 		t.Fatal(err)
 	}
+	bigFile := strings.Repeat("0123456789abcdef", 1<<19) // 8 MiB: many windows of the guest's flow control
+	if _, err := cl.WriteFile(ctx, ws, "www/big.txt", strings.NewReader(bigFile), 0o644, true); err != nil {
+		t.Fatal(err)
+	}
 
 	// A web server started detached: the call returns with its ID, and
 	// the server runs on.
@@ -97,6 +101,9 @@ func testProcesses(t *testing.T, backend string) {
 	body := waitForHTTP(t, http.DefaultClient, url+"index.html")
 	if body != "hello from the sandbox\n" {
 		t.Errorf("GET through the port: %q", body)
+	}
+	if got := waitForHTTP(t, http.DefaultClient, url+"big.txt"); got != bigFile {
+		t.Errorf("GET of 8 MiB through the port: %d bytes, not the file's %d", len(got), len(bigFile))
 	}
 	// The same through the API's forwarding, over the daemon's socket.
 	sock := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
