@@ -293,14 +293,29 @@ func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	return &dialedPort{Conn: ours, gp: gp}, nil
 }
 
-// dialedPort is a connection DialPort made: closing it kills its relay
-// even when the sandbox's server keeps its side open.
+// dialedPort is a connection DialPort made. Closing it ends the input of
+// the sandbox's server after what was written (as a TCP close would) and
+// kills the relay if the server has not closed its side within
+// dialedLinger (a server that keeps connections alive).
 type dialedPort struct {
 	net.Conn
 	gp *guest.Process
 }
 
+// dialedLinger is how long a closed forwarded connection waits for the
+// sandbox's server to close its side.
+const dialedLinger = 5 * time.Second
+
 func (d *dialedPort) Close() error {
-	d.gp.Kill()
-	return d.Conn.Close()
+	err := d.Conn.Close()
+	go func() {
+		t := time.NewTimer(dialedLinger)
+		defer t.Stop()
+		select {
+		case <-d.gp.Done():
+		case <-t.C:
+			d.gp.Kill()
+		}
+	}()
+	return err
 }
