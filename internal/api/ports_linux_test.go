@@ -22,9 +22,20 @@ func TestForwardPort(t *testing.T) {
 	f := newSandboxFixture(t)
 	ctx := t.Context()
 	const port = 18000
-	// nc answers as soon as a connection comes, and prints the request
-	// it then reads; its input stays open a while so that it does.
-	srv, err := f.cl.StartProcess(ctx, f.ws.ID, client.Exec{Sh: fmt.Sprintf(`(printf 'HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok'; sleep 2) | nc -l -p %d`, port)})
+	// A one-shot server that records the request's head and body on its
+	// stderr before it answers.
+	const server = `#!/bin/sh
+while IFS= read -r line; do
+	echo "$line" >&2
+	case "$line" in "$(printf '\r')" | "") break ;; esac
+done
+head -c 8 >&2
+printf 'HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok'
+`
+	if _, err := f.cl.WriteFile(ctx, f.ws.ID, "srv.sh", strings.NewReader(server), 0o755, false); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := f.cl.StartProcess(ctx, f.ws.ID, client.Exec{Argv: []string{"nc", "-l", "-p", fmt.Sprint(port), "-e", "/workspace/srv.sh"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +67,7 @@ func TestForwardPort(t *testing.T) {
 	if err != nil || p.State != "exited" {
 		t.Fatalf("the server: %+v %v", p, err)
 	}
-	l, err := f.cl.ProcessLogs(ctx, f.ws.ID, srv.ID, client.LogOptions{})
+	l, err := f.cl.ProcessLogs(ctx, f.ws.ID, srv.ID, client.LogOptions{Stream: "stderr"})
 	if err != nil {
 		t.Fatal(err)
 	}
