@@ -53,7 +53,7 @@ func (s *Server) unpublishPort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, map[string]any{"port": port, "removed": true})
+	writeJSON(w, 200, apitypes.PortRemoved{Port: port, Removed: true})
 }
 
 func portParam(r *http.Request) (int, error) {

@@ -100,7 +100,9 @@ func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 
 // followLogs streams a process's output as NDJSON, with an empty line
 // every followKeepalive while it is quiet so that a client that went away
-// is noticed.
+// is noticed. The process and the query were checked before the stream
+// started: what can still end it early is its context, and the client
+// then sees a stream without the last line, which carries the process.
 func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, id, pid string, lq manager.LogQuery) {
 	w.Header().Set("Content-Type", ndjsonType)
 	w.WriteHeader(http.StatusOK)
@@ -144,12 +146,9 @@ func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, id, pid stri
 		case b = <-writes:
 		case <-keep.C:
 			b = []byte("\n")
-		case err := <-errc:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				enc := json.NewEncoder(w)
-				enc.Encode(ExecLine{Error: errorBody(err).Error})
-				flush()
-			}
+		case <-errc:
+			// The process ended (its last line is sent), or the client
+			// or the server went away: the stream ends.
 			return
 		}
 		if _, err := w.Write(b); err != nil {

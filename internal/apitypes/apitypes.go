@@ -3,18 +3,22 @@
 // them, the Go client (client/) re-exports them as aliases, and the MCP
 // server returns them as structured output. The domain packages that
 // compute them (manager, fileapi) return these types, so that a field is
-// declared once and cannot drift between the server and its clients.
+// declared once and cannot drift between the server and its clients. The
+// store keeps the records that are the API's own (Repo, Workspace, Event,
+// SandboxUsage) as these types; the server converts the others (a
+// sandbox's record holds a token hash the API never shows).
+//
+// internal/api/openapi.json is generated from these types and the API's
+// route table (go generate ./internal/api): field names, types, which
+// fields are always present (no omitempty), the values an `enum` tag
+// lists, and each type's and field's doc comment. A `schema` tag names
+// the component a json.RawMessage field holds (a policy document is read
+// strictly by package policy, not by encoding/json).
 //
 // The package depends on nothing of agentbox: it is the innermost layer.
-// Types that the server still declares elsewhere (repos, workspaces,
-// sandboxes, grep) move here as the OpenAPI document is generated from
-// this package (issue 12, item 8).
 package apitypes
 
-import (
-	"encoding/base64"
-	"time"
-)
+import "time"
 
 // --- files
 
@@ -89,8 +93,8 @@ type EditRequest struct {
 	// Old is the exact text to replace (whitespace and line ends
 	// included); it must not be empty.
 	Old string `json:"old"`
-	// New replaces it; empty deletes it.
-	New string `json:"new"`
+	// New replaces it; empty (or absent) deletes it.
+	New string `json:"new,omitempty"`
 	// All replaces every occurrence; without it Old must occur exactly
 	// once.
 	All bool `json:"all,omitempty"`
@@ -236,166 +240,117 @@ func (o ExecOutput) Result() ExecResult {
 	}
 }
 
-// --- background processes
-
-// Process is a command started detached from its request (a background
-// process): it runs until it exits, is killed, times out or its sandbox
-// stops, and the daemon keeps the last RingBytes of each of its stdout and
-// stderr. It is also an exec: its ID is its exec record's.
-type Process struct {
-	// ID names the process and its exec record (ex_...).
-	ID          string `json:"id"`
-	WorkspaceID string `json:"workspace_id"`
-	SandboxID   string `json:"sandbox_id"`
-	// Replaced says the workspace's sandbox was gone and a new one was
-	// started for this process.
-	Replaced bool     `json:"replaced,omitempty"`
-	Argv     []string `json:"argv"`
-	// Pid is the command's process id inside the sandbox.
-	Pid int `json:"pid"`
-	// State is running, exited, timed_out, killed (by a signal the caller
-	// sent through the API, or a SIGKILL) or lost (its sandbox stopped,
-	// was removed or died, or the daemon restarted: the command is gone).
-	State string `json:"state"`
-	// ExitCode is the command's exit status; -1 while it runs, and when
-	// it was lost or ended by a signal.
-	ExitCode int `json:"exit_code"`
-	// Signal is the signal that ended the command, 0 if none.
-	Signal int `json:"signal,omitempty"`
-	// OOM says the command (on gVisor, its sandbox) was killed for
-	// exceeding the memory limit.
-	OOM bool `json:"oom,omitempty"`
-	// Reason says why the process ended when it did not end on its own,
-	// e.g. "sandbox sb_... was stopped".
-	Reason     string     `json:"reason,omitempty"`
-	StartedAt  time.Time  `json:"started_at"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
-	// StdoutBytes and StderrBytes count what the command wrote so far:
-	// the offset the next byte of each stream will have.
-	StdoutBytes int64 `json:"stdout_bytes"`
-	StderrBytes int64 `json:"stderr_bytes"`
-	// RingBytes is how much of each stream the daemon keeps: a read from
-	// an offset older than StdoutBytes-RingBytes starts at the oldest byte
-	// kept and says how many were dropped.
-	RingBytes int64 `json:"ring_bytes"`
-	// StdinClosed says the command's input was closed.
-	StdinClosed bool `json:"stdin_closed,omitempty"`
+// FileRemoved is the reply to a file removal.
+type FileRemoved struct {
+	Path    string `json:"path"`
+	Removed bool   `json:"removed"`
 }
 
-// ProcessList is the reply to a listing of processes, newest first.
-type ProcessList struct {
-	Processes []Process `json:"processes"`
+// MkdirRequest makes a directory.
+type MkdirRequest struct {
+	Path string `json:"path"`
+	// Parents makes missing parent directories too.
+	Parents bool `json:"parents,omitempty"`
 }
 
-// ProcessLogs is a slice of one output stream of a process: the reply to
-// a read of its logs, and each line of a followed read (NDJSON).
-type ProcessLogs struct {
-	// Stream is stdout or stderr.
-	Stream string `json:"stream"`
-	// Offset is the stream offset of Data's first byte.
-	Offset int64 `json:"offset"`
-	// Dropped is how many bytes from the offset asked for had already
-	// fallen out of the ring: Offset is then the asked offset plus Dropped.
-	Dropped int64 `json:"dropped,omitempty"`
-	// Data is the bytes as text; DataB64 carries them exactly when they
-	// are not valid UTF-8 (a chunk may end inside a character).
-	Data    string `json:"data"`
-	DataB64 string `json:"data_b64,omitempty"`
-	// NextOffset is where the next read continues: Offset + len(bytes).
-	NextOffset int64 `json:"next_offset"`
-	// Process is the process as of the read; a followed read sends it
-	// on its last line only, once the process has ended and every byte
-	// was sent.
-	Process *Process `json:"process,omitempty"`
+// RenameRequest moves a path within the workspace; the reply repeats it.
+type RenameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
-// LogQuery selects what a read of a process's logs returns (the query
-// parameters stream, offset and limit of its route).
-type LogQuery struct {
-	// Stream is "stdout" (default) or "stderr".
-	Stream string `json:"stream,omitempty"`
-	// Offset is the stream offset to read from; negative counts from the
-	// end (-1000: the last 1000 bytes).
-	Offset int64 `json:"offset,omitempty"`
-	// Limit bounds the bytes returned (default and most: 1 MiB, the ring).
-	Limit int `json:"limit,omitempty"`
+// GrepRequest is one bounded content search over a subtree of the
+// workspace.
+type GrepRequest struct {
+	// Pattern is a regular expression in RE2 syntax.
+	Pattern string `json:"pattern"`
+	// Path is the subtree or single file searched, default the root.
+	Path string `json:"path,omitempty"`
+	// IgnoreCase matches case-insensitively.
+	IgnoreCase bool `json:"ignore_case,omitempty"`
+	// MaxMatches stops the search (default 1000, at most 10000).
+	MaxMatches int `json:"max_matches,omitempty"`
+	// MaxFileBytes skips larger files (default 4 MiB).
+	MaxFileBytes int64 `json:"max_file_bytes,omitempty"`
+	// IncludeGit searches .git directories too.
+	IncludeGit bool `json:"include_git,omitempty"`
 }
 
-// ProcessStdin is input for a process.
-type ProcessStdin struct {
-	// Data is text; DataB64 bytes, base64 (set one).
+// GrepMatch is one matching line.
+type GrepMatch struct {
+	// Path is the file's path relative to the workspace.
+	Path string `json:"path"`
+	// Line is the 1-based line number.
+	Line int `json:"line"`
+	// Text is the line without its newline, cut to 512 bytes.
+	Text string `json:"text"`
+}
+
+// GrepResult is what a search found, in name order.
+type GrepResult struct {
+	Matches []GrepMatch `json:"matches"`
+	// FilesScanned counts the text files whose contents were searched.
+	FilesScanned int `json:"files_scanned"`
+	// Truncated says the search stopped early: at MaxMatches, at the walk
+	// budget (100000 entries), below the depth limit (256), or because
+	// its time ran out.
+	Truncated bool `json:"truncated"`
+}
+
+// --- exec streams
+
+// StdinLine is one line of a streamed exec request (Content-Type:
+// application/x-ndjson) after the first: a chunk of input as text or as
+// base64, or the end of the input. A body that ends also ends the input.
+type StdinLine struct {
+	Stdin    string `json:"stdin,omitempty"`
+	StdinB64 string `json:"stdin_b64,omitempty"`
+	StdinEOF bool   `json:"stdin_eof,omitempty"`
+}
+
+// ExecLine is one line of an exec's NDJSON stream: output as it comes
+// (Stream with Data, or DataB64 for bytes that are not UTF-8), then one
+// line with the Result, or with an Error if the exec failed.
+type ExecLine struct {
+	// Stream is stdout or stderr on an output line.
+	Stream  string       `json:"stream,omitempty" enum:"stdout,stderr"`
+	Data    string       `json:"data,omitempty"`
+	DataB64 string       `json:"data_b64,omitempty"`
+	Result  *ExecResult  `json:"result,omitempty"`
+	Error   *ErrorDetail `json:"error,omitempty"`
+}
+
+// ExecChunk is the data of an SSE stdout or stderr event: output as text,
+// or as base64 when it is not UTF-8.
+type ExecChunk struct {
 	Data    string `json:"data,omitempty"`
 	DataB64 string `json:"data_b64,omitempty"`
-	// Close closes the command's input after the data: it reads end of
-	// file.
-	Close bool `json:"close,omitempty"`
 }
 
-// ProcessStdinResult says how much input a process took.
-type ProcessStdinResult struct {
-	// Written is the number of bytes queued for the command.
-	Written int64 `json:"written"`
-	Closed  bool  `json:"closed"`
-}
+// --- shell
 
-// ProcessSignal sends a signal to a process.
-type ProcessSignal struct {
-	// Signal is a name (TERM, SIGTERM, KILL, INT, HUP, ...) or a number;
-	// empty means TERM. It reaches every process of the command's tree;
-	// KILL ends the command for good.
-	Signal string `json:"signal,omitempty"`
-}
-
-// ProcessWait waits for a process to end.
-type ProcessWait struct {
-	// Timeout bounds the wait (a Go duration, default 30s, at most 10m);
-	// the reply then shows the process still running.
-	Timeout string `json:"timeout,omitempty"`
-}
-
-// --- ports
-
-// PortRequest publishes a port of a workspace's sandbox.
-type PortRequest struct {
-	// Port is the TCP port a server listens on inside the sandbox, on its
-	// loopback (or on every address: the sandbox has only loopback).
-	Port int `json:"port"`
-}
-
-// Port is a port of a sandbox published on the host: a listener on the
-// host's loopback whose every connection the daemon relays, through the
-// guest, to the port on the sandbox's own loopback. The sandbox itself
-// gains no route out.
-type Port struct {
-	WorkspaceID string `json:"workspace_id"`
-	SandboxID   string `json:"sandbox_id"`
-	// Port is the port inside the sandbox.
-	Port int `json:"port"`
-	// URL is http://127.0.0.1:HOSTPORT/, HostAddr its address.
-	URL      string `json:"url"`
-	HostAddr string `json:"host_addr"`
-	// ProxyPath is the same port through the API (its token applies):
-	// /v1/sandboxes/{id}/ports/{port}/.
-	ProxyPath string    `json:"proxy_path"`
-	CreatedAt time.Time `json:"created_at"`
-	// Connections counts the connections relayed so far; Active those
-	// open now.
-	Connections int64 `json:"connections"`
-	Active      int64 `json:"active"`
-}
-
-// PortList is the reply to a listing of published ports.
-type PortList struct {
-	Ports []Port `json:"ports"`
-}
-
-// Bytes is the chunk's data as the process wrote it: DataB64 decoded when
-// set, else Data.
-func (l ProcessLogs) Bytes() []byte {
-	if l.DataB64 != "" {
-		if b, err := base64.StdEncoding.DecodeString(l.DataB64); err == nil {
-			return b
-		}
-	}
-	return []byte(l.Data)
+// ShellControl is a text message of a shell WebSocket (binary messages
+// carry the terminal's bytes both ways). The client sends "resize" (rows,
+// cols); the server sends "started" (exec_id, sandbox_id, replaced) first,
+// "error" (message) for a control message it refused, and "exit"
+// (exit_code, signal, ...) just before it closes.
+type ShellControl struct {
+	Type string `json:"type" enum:"resize,started,error,exit"`
+	// Rows and Cols are the terminal's new size (resize).
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	// ExecID, SandboxID and Replaced say where the session runs (started,
+	// exit).
+	ExecID    string `json:"exec_id,omitempty"`
+	SandboxID string `json:"sandbox_id,omitempty"`
+	Replaced  bool   `json:"replaced,omitempty"`
+	// ExitCode, Signal, TimedOut, Canceled, Lost and DurationMS say how the
+	// command ended (exit).
+	ExitCode   *int  `json:"exit_code,omitempty"`
+	Signal     int   `json:"signal,omitempty"`
+	Canceled   bool  `json:"canceled,omitempty"`
+	Lost       bool  `json:"lost,omitempty"`
+	DurationMS int64 `json:"duration_ms,omitempty"`
+	// Message explains an error.
+	Message string `json:"message,omitempty"`
 }
