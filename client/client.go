@@ -163,7 +163,7 @@ func (c *Client) do(ctx context.Context, rq request) (*http.Response, error) {
 }
 
 // kinds names the object of each API collection, for errors.
-var kinds = map[string]string{"repos": "repo", "workspaces": "workspace", "sandboxes": "sandbox", "secrets": "secret"}
+var kinds = map[string]string{"repos": "repo", "workspaces": "workspace", "sandboxes": "sandbox", "secrets": "secret", "processes": "process", "ports": "port"}
 
 // emptyID refuses a request whose path has an empty ID ("/v1/workspaces//
 // exec") as the daemon refuses an unknown one: the mux would otherwise

@@ -50,6 +50,16 @@ const mcpDoc = "The tools of `agentbox mcp` over MCP's streamable HTTP transport
 	"A session starts with an initialize request without an Mcp-Session-Id header; the reply's Mcp-Session-Id header names it in every later request, and the session keeps its state (its default workspace) until a DELETE or 30 idle minutes. " +
 	"The bodies are JSON-RPC 2.0 messages of the MCP specification. Same listeners and authentication as /v1; 404 when the daemon serves no MCP endpoint."
 
+// forwardOp documents a method of the forwarding to a sandbox's port:
+// the reply is whatever the sandbox's server sends.
+func forwardOp(id string) Op {
+	return Op{ID: id, Tag: "ports",
+		Summary:     "Forward an HTTP request (WebSocket upgrades too) to a port of a running sandbox, through its guest; published or not",
+		Description: "The request goes on as it came but for its path (what follows the port) and its Authorization header, which is the daemon's and never reaches the sandbox. 503 when nothing listens on the port.",
+		Body:        []Content{{Type: binaryType, Description: "the request's body, as the sandbox's server takes it"}}, BodyOptional: true,
+		Replies: []Reply{{Status: 200, Description: "what the sandbox's server answers, with its own status and media type", Content: []Content{{Type: binaryType}}}}}
+}
+
 // routes is the whole API. The mux serves exactly these, and openapi.json
 // is generated from them (go generate ./internal/api).
 var routes = []route{
@@ -158,6 +168,45 @@ var routes = []route{
 		Params: shellParams, Replies: shellReply}},
 	{"GET", "/v1/workspaces/{id}/shell", (*Server).shell, Op{ID: "shellWorkspace", Tag: "exec", Summary: "An interactive command on a terminal in the workspace's sandbox, over a WebSocket",
 		Params: shellParams, Replies: shellReply}},
+
+	{"POST", "/v1/workspaces/{id}/processes", (*Server).startProcess, Op{ID: "startProcess", Tag: "processes",
+		Summary:     "Start a background process in the workspace's sandbox (started or replaced as for exec): it runs on after the reply, until it exits, is killed or its sandbox stops",
+		Description: "{id} may also be a sandbox ID, standing for its workspace. The command has no output cap of its own: the daemon keeps the last ring_bytes (1 MiB) of each of its stdout and stderr. stdin is its first input (at most 1 MiB).",
+		Body:        jsonBody(apitypes.ExecRequest{}), Replies: created(apitypes.Process{})}},
+	{"GET", "/v1/workspaces/{id}/processes", (*Server).listProcesses, Op{ID: "listProcesses", Tag: "processes",
+		Summary: "List the workspace's background processes this daemon holds, running and the last ended, newest first", Replies: ok(apitypes.ProcessList{})}},
+	{"GET", "/v1/workspaces/{id}/processes/{pid}", (*Server).getProcess, Op{ID: "getProcess", Tag: "processes", Summary: "Show a background process", Replies: ok(apitypes.Process{})}},
+	{"GET", "/v1/workspaces/{id}/processes/{pid}/logs", (*Server).processLogs, Op{ID: "processLogs", Tag: "processes",
+		Summary:     "Read one output stream of a process from an offset; with follow, stream it until the process ends",
+		Description: "Bytes older than the ring's are gone: a read from before them starts at the oldest kept and says how many were dropped. With follow=true the reply is NDJSON: ProcessLogs lines as the process writes (an empty line is a keepalive), the last one carrying the ended process.",
+		Params: []Param{
+			q("stream", "stdout (default) or stderr"),
+			{Name: "offset", Description: "the stream offset to read from; negative counts from the end", Type: "integer"},
+			{Name: "limit", Description: "the most bytes returned (default and most 1 MiB)", Type: "integer"},
+			qbool("follow", "stream the output as it comes until the process ends"),
+		},
+		Replies: []Reply{{Status: 200, Description: "the slice read; with follow, a stream of them",
+			Content: []Content{{Type: jsonType, Value: apitypes.ProcessLogs{}}, {Type: ndjsonType, Value: apitypes.ProcessLogs{}, Stream: true}}}}}},
+	{"POST", "/v1/workspaces/{id}/processes/{pid}/stdin", (*Server).processStdin, Op{ID: "processStdin", Tag: "processes",
+		Summary: "Write to a process's input (at most 1 MiB a write), and close it; a command that does not read makes the write give up after 10s (409, saying how much was queued)",
+		Body:    jsonBody(apitypes.ProcessStdin{}), Replies: ok(apitypes.ProcessStdinResult{})}},
+	{"POST", "/v1/workspaces/{id}/processes/{pid}/signal", (*Server).signalProcess, Op{ID: "signalProcess", Tag: "processes",
+		Summary: "Send a signal (default TERM) to every process of the command's tree",
+		Body:    jsonBody(apitypes.ProcessSignal{}), BodyOptional: true, Replies: ok(apitypes.Process{})}},
+	{"POST", "/v1/workspaces/{id}/processes/{pid}/wait", (*Server).waitProcess, Op{ID: "waitProcess", Tag: "processes",
+		Summary: "Wait for a process to end, within a timeout (default 30s, at most 10m); the reply shows it, still running if the time ran out",
+		Body:    jsonBody(apitypes.ProcessWait{}), BodyOptional: true, Replies: ok(apitypes.Process{})}},
+	{"POST", "/v1/workspaces/{id}/ports", (*Server).publishPort, Op{ID: "publishPort", Tag: "ports",
+		Summary:     "Publish a port of the workspace's running sandbox on the host's loopback (the same URL when published again)",
+		Description: "The daemon listens on 127.0.0.1 on a port of its own and relays each connection through the sandbox's guest to 127.0.0.1:PORT inside; the sandbox gains no route out. {id} may also be a sandbox ID.",
+		Body:        jsonBody(apitypes.PortRequest{}), Replies: created(apitypes.Port{})}},
+	{"GET", "/v1/workspaces/{id}/ports", (*Server).listPorts, Op{ID: "listPorts", Tag: "ports", Summary: "List the published ports of the workspace's running sandbox", Replies: ok(apitypes.PortList{})}},
+	{"DELETE", "/v1/workspaces/{id}/ports/{port}", (*Server).unpublishPort, Op{ID: "unpublishPort", Tag: "ports", Summary: "Unpublish a port: its listener and its connections close", Replies: ok(apitypes.PortRemoved{})}},
+	{"GET", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("getSandboxPort")},
+	{"POST", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("postSandboxPort")},
+	{"PUT", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("putSandboxPort")},
+	{"PATCH", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("patchSandboxPort")},
+	{"DELETE", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("deleteSandboxPort")},
 
 	{"GET", "/v1/events", (*Server).events, Op{ID: "listEvents", Tag: "events", Summary: "The event log, oldest first; with follow, a stream of what is logged from then on",
 		Params: []Param{

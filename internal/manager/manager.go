@@ -161,6 +161,8 @@ type Manager struct {
 	// live holds the guest connections of running sandboxes, by ID.
 	liveMu sync.Mutex
 	live   map[string]*live
+	// procs holds the background processes (process.go).
+	procs procTable
 	// attachMu makes checking and making a mount one step, so that two
 	// operations never stack two overlays on one workspace and a removal
 	// never races a re-mount.
@@ -688,6 +690,7 @@ func (m *Manager) RemoveWorkspace(ctx context.Context, id string) error {
 	m.locksMu.Lock()
 	delete(m.locks, id)
 	m.locksMu.Unlock()
+	m.forgetProcesses(id)
 	m.event(ctx, store.Event{Type: "workspace.removed", RepoID: w.RepoID, WorkspaceID: id}, nil)
 	m.log.InfoContext(ctx, "workspace removed", KeyWorkspace, id)
 	m.dropUploadRepo(ctx, w.RepoID)

@@ -48,6 +48,8 @@ type live struct {
 	inflight atomic.Int64
 	// expiry stops the sandbox at the end of its lifetime; nil: none.
 	expiry *time.Timer
+	// ports are the sandbox's published ports (ports.go).
+	ports portSet
 }
 
 // done ends one command's claim on the sandbox.
@@ -72,6 +74,7 @@ func (l *live) close() {
 	l.ln.Close()
 	l.conn.Close()
 	l.egress.close()
+	l.ports.closeAll()
 }
 
 func (m *Manager) sandboxDir(id string) string { return filepath.Join(m.cfg.DataDir, "sandboxes", id) }

@@ -200,10 +200,10 @@ func (b *builder) route(doc *openapi3.T, r api.RouteDoc) error {
 	for _, code := range append(errors, "default") {
 		o.Responses.Set(code, &openapi3.ResponseRef{Ref: "#/components/responses/Error"})
 	}
-	item := doc.Paths.Value(r.Path)
+	item := doc.Paths.Value(openAPIPath(r.Path))
 	if item == nil {
 		item = &openapi3.PathItem{}
-		doc.Paths.Set(r.Path, item)
+		doc.Paths.Set(openAPIPath(r.Path), item)
 	}
 	if item.GetOperation(r.Method) != nil {
 		return fmt.Errorf("the route table has it twice")
@@ -211,6 +211,10 @@ func (b *builder) route(doc *openapi3.T, r api.RouteDoc) error {
 	item.SetOperation(r.Method, o)
 	return nil
 }
+
+// openAPIPath is a mux pattern as OpenAPI writes a path: a trailing
+// wildcard {path...} (the rest of the path) is {path}.
+func openAPIPath(pattern string) string { return strings.ReplaceAll(pattern, "...}", "}") }
 
 func cmpOr(a, b string) string {
 	if a != "" {
@@ -221,6 +225,14 @@ func cmpOr(a, b string) string {
 
 // pathParamDoc describes a path parameter by the collection it names.
 func pathParamDoc(path, name string) string {
+	switch name {
+	case "pid":
+		return "a background process's ID (its exec's, ex_...)"
+	case "port":
+		return "a TCP port inside the sandbox, 1 to 65535"
+	case "path":
+		return "the rest of the path, passed on to the sandbox's server"
+	}
 	switch {
 	case strings.HasPrefix(path, "/v1/repos/"):
 		return "a repo ID, or its URL (path-escaped)"

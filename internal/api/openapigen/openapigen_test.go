@@ -82,7 +82,7 @@ func TestEveryRouteDocumented(t *testing.T) {
 		t.Errorf("routes vs document (-served +documented):\n%s", d)
 	}
 	for _, r := range api.RouteDocs() {
-		op := doc.Paths.Value(r.Path).GetOperation(r.Method)
+		op := doc.Paths.Value(openAPIPath(r.Path)).GetOperation(r.Method)
 		for _, rep := range r.Op.Replies {
 			resp := op.Responses.Status(rep.Status)
 			if resp == nil {
