@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"io"
+	"time"
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/apitypes"
@@ -48,6 +49,20 @@ type Backend interface {
 	// CheckDiff checks the workspace's changes against the policy of its
 	// most recent sandbox and for secrets.
 	CheckDiff(ctx context.Context, ws string) (client.DiffReport, error)
+
+	// StartProcess starts a command in the sandbox of workspace ws,
+	// detached from the call: a background process.
+	StartProcess(ctx context.Context, ws string, req apitypes.ExecRequest) (apitypes.Process, error)
+	ListProcesses(ctx context.Context, ws string) ([]apitypes.Process, error)
+	ProcessLogs(ctx context.Context, ws, id string, q apitypes.LogQuery) (apitypes.ProcessLogs, error)
+	// SignalProcess sends signal (a name or number; empty: TERM) to the
+	// process's whole tree.
+	SignalProcess(ctx context.Context, ws, id, signal string) (apitypes.Process, error)
+	// WaitProcess waits up to timeout for the process to end.
+	WaitProcess(ctx context.Context, ws, id string, timeout time.Duration) (apitypes.Process, error)
+	// PublishPort makes port of the workspace's sandbox reachable from
+	// the daemon's host, without giving the sandbox a route out.
+	PublishPort(ctx context.Context, ws string, port int) (apitypes.Port, error)
 }
 
 // DirUploader is the optional ability of a backend that runs on the

@@ -36,6 +36,10 @@ func (b clientBackend) CheckDiff(ctx context.Context, ws string) (client.DiffRep
 	return b.Client.CheckDiff(ctx, ws, nil)
 }
 
+func (b clientBackend) ProcessLogs(ctx context.Context, ws, id string, q apitypes.LogQuery) (apitypes.ProcessLogs, error) {
+	return b.Client.ProcessLogs(ctx, ws, id, client.LogOptions{Stream: q.Stream, Offset: q.Offset, Limit: q.Limit})
+}
+
 // UploadDir uploads dir, relative to this process's working directory
 // (the agent's project, for an MCP client that starts `agentbox mcp` in
 // it), with this process's permissions.

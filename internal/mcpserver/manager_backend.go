@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/apitypes"
@@ -175,4 +176,32 @@ func (b managerBackend) CheckDiff(ctx context.Context, ws string) (client.DiffRe
 	rep, err := b.m.CheckDiff(ctx, ws, nil)
 	rep.ID = ws
 	return rep, err
+}
+
+func (b managerBackend) StartProcess(ctx context.Context, ws string, req apitypes.ExecRequest) (apitypes.Process, error) {
+	return b.m.StartProcess(ctx, ws, req)
+}
+
+func (b managerBackend) ListProcesses(ctx context.Context, ws string) ([]apitypes.Process, error) {
+	return b.m.ListProcesses(ctx, ws)
+}
+
+func (b managerBackend) ProcessLogs(ctx context.Context, ws, id string, q apitypes.LogQuery) (apitypes.ProcessLogs, error) {
+	return b.m.ProcessLogs(ctx, ws, id, q)
+}
+
+func (b managerBackend) SignalProcess(ctx context.Context, ws, id, signal string) (apitypes.Process, error) {
+	return b.m.SignalProcess(ctx, ws, id, apitypes.ProcessSignal{Signal: signal})
+}
+
+func (b managerBackend) WaitProcess(ctx context.Context, ws, id string, timeout time.Duration) (apitypes.Process, error) {
+	var w apitypes.ProcessWait
+	if timeout > 0 {
+		w.Timeout = timeout.String()
+	}
+	return b.m.WaitProcess(ctx, ws, id, w)
+}
+
+func (b managerBackend) PublishPort(ctx context.Context, ws string, port int) (apitypes.Port, error) {
+	return b.m.PublishPort(ctx, ws, apitypes.PortRequest{Port: port})
 }

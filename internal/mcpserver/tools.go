@@ -66,6 +66,23 @@ var tools = []tool{
 	newTool(spec{name: "check_diff", title: "Check the diff", readOnly: true, idempotent: true, description: `Check the workspace's changes before they leave it: the changed paths that its sandbox's policy does not allow to change (writable_paths), and added lines that look like secrets (API keys, tokens, private keys; shown redacted). ` +
 		`ok is true when nothing was found. It changes nothing.`},
 		(*call).checkDiff),
+
+	// Background processes and ports (processes.go).
+	newTool(spec{name: "start_process", title: "Start a background process", description: `Start a command in the workspace's sandbox (default: the session's workspace) that keeps running after this call returns: a dev server, a watcher, a long test run. ` +
+		`Give a shell command line in command (sh -c) or an argv array, with workdir, env and stdin as for run_command, and optionally a timeout after which it is killed (default: none, it runs until it exits, is signalled or its sandbox stops). ` +
+		`Returns the process's id (ex_...), which read_logs, signal_process and list_processes take. The daemon keeps the last 1 MiB of each of its stdout and stderr. A server must listen on the sandbox's loopback or all addresses; expose_port makes it reachable from the host.`},
+		(*call).startProcess),
+	newTool(spec{name: "read_logs", title: "Read a process's output", readOnly: true, idempotent: true, schema: both(enum("stream", "stdout", "stderr"), bounds("max_bytes", 1, MaxLogBytes)), description: `Read the output of a background process: one stream (stdout by default, or stderr) from a byte offset (0: the start; the next_offset of the previous read to go on; negative: the last bytes, e.g. -4000), at most max_bytes (default 32 KiB). ` +
+		`With wait (e.g. "30s", at most 10m), first wait that long for the process to end. Returns the text, the offset to read on from, how many bytes had already fallen out of the 1 MiB the daemon keeps, and the process's state (running, exited with its exit code, killed, timed_out or lost, with the reason).`},
+		(*call).readLogs),
+	newTool(spec{name: "list_processes", title: "List background processes", readOnly: true, idempotent: true, description: `List the background processes of the workspace (default: the session's): the running ones and the last ones that ended, newest first, each with its id, command, state, exit code and how much output it wrote.`},
+		(*call).listProcesses),
+	newTool(spec{name: "signal_process", title: "Signal a background process", destructive: true, description: `Send a signal to a background process and every process it started: TERM by default (ask it to stop), or INT, HUP, KILL (end it for good), or a number. ` +
+		`Returns the process as it is right after; a process that handles the signal may take a moment to end (read_logs with wait tells when).`},
+		(*call).signalProcess),
+	newTool(spec{name: "expose_port", title: "Expose a port", idempotent: true, schema: bounds("port", 1, 65535), description: `Make a TCP port of the workspace's sandbox reachable from the machine running the agentbox daemon, without giving the sandbox any network: the daemon listens on its host's loopback and relays each connection into the sandbox. ` +
+		`Returns the URL (http://127.0.0.1:PORT/ on the daemon's host, for a browser or test client there) and the path of the same port through the agentbox API. The sandbox must be running (start the server with start_process first). Commands inside the sandbox reach the server at 127.0.0.1 without this.`},
+		(*call).exposePort),
 }
 
 // Limits of the tools, below the transport's (MaxMessageBytes).
