@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -427,6 +428,55 @@ func testMCPFlow(t *testing.T, s *mcpSession, repo string) {
 	}
 	s.ok("use_workspace", map[string]any{"workspace": id})
 
+	// A background server, reached through the port relay, its logs
+	// read, then stopped.
+	proc, text := s.ok("start_process", map[string]any{"command": "exec python3 -u -m http.server 8000 --bind 127.0.0.1"})
+	pid, _ := proc["id"].(string)
+	if proc["state"] != "running" || !strings.Contains(text, pid) {
+		t.Fatalf("start_process = %v\n%s", proc, text)
+	}
+	port, _ := s.ok("expose_port", map[string]any{"port": 8000})
+	url, _ := port["url"].(string)
+	var body string
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if resp, err := hc.Get(url + "calc.py"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				body = string(b)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server at %s did not answer", url)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the server's start, bounded
+	}
+	if !strings.Contains(body, "def sub(a, b):") {
+		t.Errorf("GET %scalc.py = %q", url, body)
+	}
+	// The server logs the request as it answers: the line may reach the
+	// daemon a moment after the reply reached us.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		logs, text := s.ok("read_logs", map[string]any{"process": pid, "stream": "stderr"})
+		if strings.Contains(logs["data"].(string), `"GET /calc.py HTTP/1.1" 200`) && strings.Contains(text, "process running") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("read_logs stderr = %v\n%s", logs, text)
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling the log line's arrival, bounded
+	}
+	if l, _ := s.ok("list_processes", nil); !strings.Contains(fmt.Sprint(l["processes"]), pid) {
+		t.Errorf("list_processes = %v", l)
+	}
+	s.ok("signal_process", map[string]any{"process": pid})
+	if logs, text := s.ok("read_logs", map[string]any{"process": pid, "offset": -100, "wait": "20s"}); logs["process"].(map[string]any)["state"] != "killed" {
+		t.Errorf("after signal_process TERM: %v\n%s", logs, text)
+	}
+
 	// How commands end, stated.
 	for _, c := range []struct {
 		args  map[string]any
@@ -671,6 +721,28 @@ func testMCPHostile(t *testing.T, s *mcpSession, v1 *client.Client) {
 		{"remove an unknown workspace", "remove_workspace", map[string]any{"workspace": "ws_cccccccccccc"}, func() error {
 			return v1.RemoveWorkspace(ctx, "ws_cccccccccccc")
 		}, "", ""},
+		{"logs of an unknown process", "read_logs", map[string]any{"process": "ex_aaaaaaaaaaaa"}, func() error {
+			_, err := v1.ProcessLogs(ctx, id, "ex_aaaaaaaaaaaa", client.LogOptions{Limit: mcpserver.DefaultLogBytes})
+			return err
+		}, "", ""},
+		{"signal an unknown process", "signal_process", map[string]any{"process": "ex_aaaaaaaaaaaa", "signal": "KILL"}, func() error {
+			_, err := v1.SignalProcess(ctx, id, "ex_aaaaaaaaaaaa", "KILL")
+			return err
+		}, "", ""},
+		{"start a process in an unknown workspace", "start_process", map[string]any{"workspace": "ws_dddddddddddd", "command": "sleep 1"}, func() error {
+			_, err := v1.StartProcess(ctx, "ws_dddddddddddd", client.Exec{Sh: "sleep 1"})
+			return err
+		}, "", ""},
+		{"start a process: bad timeout", "start_process", map[string]any{"command": "sleep 1", "timeout": "-1s"}, func() error {
+			_, err := v1.StartProcess(ctx, id, client.Exec{Sh: "sleep 1", Timeout: "-1s"})
+			return err
+		}, "", ""},
+		{"expose port 0", "expose_port", map[string]any{"port": 0}, nil, "invalid", "port"},
+		{"expose a port of an unknown workspace", "expose_port", map[string]any{"workspace": "ws_eeeeeeeeeeee", "port": 8000}, func() error {
+			_, err := v1.PublishPort(ctx, "ws_eeeeeeeeeeee", 8000)
+			return err
+		}, "", ""},
+		{"logs: bad wait", "read_logs", map[string]any{"process": "ex_aaaaaaaaaaaa", "wait": "forever"}, nil, "invalid", "wait"},
 		{"unknown argument", "read_file", map[string]any{"path": "a.txt", "bogus": 1}, nil, "invalid", "bogus"},
 		{"wrong type", "read_file", map[string]any{"path": 7}, nil, "invalid", "path"},
 		{"missing argument", "write_file", map[string]any{"content": "x"}, nil, "invalid", "path"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox/backendtest"
 	"github.com/agentbox/agentbox/internal/testutil"
@@ -59,7 +61,10 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 	for _, mode := range []string{"stdio", "http"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.CommandContext(t.Context(), "node", filepath.Join(work, "client.mjs"), mode)
+			// A hung call fails this test, not the whole package's run.
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "node", filepath.Join(work, "client.mjs"), mode)
 			cmd.Env = append(os.Environ(), "AGENTBOX_BIN="+binary, "AGENTBOX_HOST="+addr, "AGENTBOX_URL="+strings.Replace(addr, "tcp://", "http://", 1),
 				"AGENTBOX_TOKEN="+token, "REPO="+src.Dir)
 			var stdout, stderr bytes.Buffer
@@ -76,6 +81,9 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 				t.Errorf("node client.mjs %s: summary %+v (%v)\n%s", mode, sum, err, stdout.String())
 			}
 			t.Logf("%s: %d tools, %d checks passed", mode, sum.Tools, sum.Checks)
+			if stderr.Len() > 0 {
+				t.Logf("%s: node's stderr:\n%s", mode, stderr.String())
+			}
 		})
 	}
 }

@@ -90,7 +90,8 @@ async function main() {
   }
   const names = tools.map((t) => t.name).sort();
   for (const want of ['create_workspace', 'list_workspaces', 'show_workspace', 'use_workspace', 'fork_workspace', 'run_command',
-    'read_file', 'write_file', 'edit_file', 'list_files', 'find_files', 'grep', 'diff', 'commit', 'check_diff']) {
+    'read_file', 'write_file', 'edit_file', 'list_files', 'find_files', 'grep', 'diff', 'commit', 'check_diff',
+    'start_process', 'read_logs', 'list_processes', 'signal_process', 'expose_port']) {
     check(`tool ${want} is listed`, names.includes(want), names);
   }
   const fromDir = JSON.stringify(tools.find((t) => t.name === 'create_workspace').inputSchema).includes('from_dir');
@@ -125,6 +126,37 @@ async function main() {
   check('the diff check passes', checked.structuredContent.ok === true, checked.structuredContent);
   const commit = await ok(client, 'commit', { message: 'calc: sub' });
   check('committed', /^[0-9a-f]{40}$/.test(commit.structuredContent.commit), commit.structuredContent);
+
+  // A background server, reached through the port relay, its logs read,
+  // then stopped.
+  const proc = (await ok(client, 'start_process', { command: 'exec python3 -u -m http.server 8000 --bind 127.0.0.1' })).structuredContent;
+  check('the server runs', proc.state === 'running' && /^ex_/.test(proc.id), proc);
+  const port = (await ok(client, 'expose_port', { port: 8000 })).structuredContent;
+  let body = '';
+  for (const deadline = Date.now() + 30_000; Date.now() < deadline && !body; ) {
+    try {
+      const resp = await fetch(new URL('calc.py', port.url), { signal: AbortSignal.timeout(5000) });
+      if (resp.ok) body = await resp.text();
+    } catch (e) {
+      console.error(`${mode}: GET ${port.url}calc.py: ${e}`); // the server may not listen yet
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  check('the server answers through the port relay', body.includes('def sub(a, b):'), body);
+  // The server logs the request as it answers: the line may reach the
+  // daemon a moment after the reply reached us.
+  let logs;
+  for (let i = 0; i < 50; i++) {
+    logs = await ok(client, 'read_logs', { process: proc.id, stream: 'stderr' });
+    if (logs.structuredContent.data.includes('"GET /calc.py HTTP/1.1" 200')) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  check('its logs show the request', logs.structuredContent.data.includes('"GET /calc.py HTTP/1.1" 200'), logs.structuredContent);
+  const listed = await ok(client, 'list_processes', {});
+  check('it is listed', listed.structuredContent.processes.some((p) => p.id === proc.id && p.state === 'running'), listed.structuredContent);
+  await ok(client, 'signal_process', { process: proc.id });
+  const ended = await ok(client, 'read_logs', { process: proc.id, offset: -100, wait: '20s' });
+  check('it was killed', ended.structuredContent.process.state === 'killed', ended.structuredContent);
 
   // Two attempts, run at once.
   const forks = (await ok(client, 'fork_workspace', { count: 2 })).structuredContent.forks;
