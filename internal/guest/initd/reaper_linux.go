@@ -58,10 +58,13 @@ func RunReaper(args []string) int {
 	// setOOMScore). Close-on-exec, like every file Go opens.
 	oomScoreAdj, _ = os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0)
 	// On the main thread, which stays locked: commands are forked from it
-	// and inherit its seccomp filter. Without a subreaper, orphans go to
-	// the guest, which then sweeps them itself (see Guest.sweepOrphans).
+	// and inherit its seccomp filter. Without a subreaper (refused, or
+	// turned off by guest.SubreaperEnv), orphans go to the guest, which
+	// then sweeps them itself (see Guest.sweepOrphans).
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	if os.Getenv(guest.SubreaperEnv) != "0" {
+		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	}
 	// A session of its own, for its commands' process groups (see
 	// startCommand). A reaper cannot fail to get one (it leads no group),
 	// and one that did would still run commands, in the guest's session.
