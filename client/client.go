@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
@@ -117,6 +118,9 @@ type request struct {
 }
 
 func (c *Client) do(ctx context.Context, rq request) (*http.Response, error) {
+	if err := emptyID(rq.path); err != nil {
+		return nil, err
+	}
 	u := c.base + rq.path
 	if len(rq.query) > 0 {
 		u += "?" + rq.query.Encode()
@@ -157,6 +161,26 @@ func (c *Client) do(ctx context.Context, rq request) (*http.Response, error) {
 		return nil, decodeError(resp)
 	}
 	return resp, nil
+}
+
+// kinds names the object of each API collection, for errors.
+var kinds = map[string]string{"repos": "repo", "workspaces": "workspace", "sandboxes": "sandbox", "secrets": "secret"}
+
+// emptyID refuses a request whose path has an empty ID ("/v1/workspaces//
+// exec") as the daemon refuses an unknown one: the mux would otherwise
+// answer it as another route, or redirect it.
+func emptyID(path string) error {
+	parts := strings.Split(path, "/")
+	for i := 2; i < len(parts); i++ {
+		if parts[i] == "" && (i+1 < len(parts) || i > 2) {
+			kind := kinds[parts[i-1]]
+			if kind == "" {
+				kind = "object"
+			}
+			return &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("%s %q not found (the ID is empty)", kind, "")}
+		}
+	}
+	return nil
 }
 
 func decodeError(resp *http.Response) error {
@@ -323,9 +347,12 @@ type Workspace struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// CreateWorkspace asks for a new workspace.
+// CreateWorkspace asks for a new workspace: of a repo (Repo, Ref), or
+// empty (Empty: a fresh repository with one empty commit). UploadDir and
+// UploadWorkspace make one from a directory instead.
 type CreateWorkspace struct {
-	Repo   string `json:"repo"`
+	Repo   string `json:"repo,omitempty"`
+	Empty  bool   `json:"empty,omitempty"`
 	Ref    string `json:"ref,omitempty"`
 	Branch string `json:"branch,omitempty"`
 	Task   string `json:"task,omitempty"`
@@ -455,22 +482,68 @@ func (c *Client) Fork(ctx context.Context, id string, req Fork) (Workspace, erro
 
 // --- files
 
-// FileInfo describes a path in a workspace.
-type FileInfo struct {
-	Path       string    `json:"path"`
-	Name       string    `json:"name"`
-	Type       string    `json:"type"`
-	Size       int64     `json:"size"`
-	Mode       string    `json:"mode"`
-	ModTime    time.Time `json:"mod_time"`
-	LinkTarget string    `json:"link_target,omitempty"`
-}
+// FileInfo describes a path in a workspace (symlinks not followed).
+type FileInfo = apitypes.FileInfo
+
+// FileList is a directory listing, recursive to its Depth.
+type FileList = apitypes.FileList
+
+// FileContent is a file, or a range of it, as one JSON document: its
+// content and, for a range of lines, the numbered lines.
+type FileContent = apitypes.FileContent
+
+// Line is one numbered line of a file.
+type Line = apitypes.Line
+
+// EditRequest replaces an exact string in a file; EditResult says what it
+// changed.
+type (
+	EditRequest = apitypes.EditRequest
+	EditResult  = apitypes.EditResult
+)
+
+// FindRequest looks for paths by glob; FindResult lists what matched.
+type (
+	FindRequest = apitypes.FindRequest
+	FindResult  = apitypes.FindResult
+)
 
 func filesPath(id, sub string) string { return "/v1/workspaces/" + esc(id) + "/files" + sub }
 
 // ReadFile streams a file's content into w.
 func (c *Client) ReadFile(ctx context.Context, id, path string, w io.Writer) (int64, error) {
-	resp, err := c.do(ctx, request{method: "GET", path: filesPath(id, ""), query: url.Values{"path": {path}}})
+	return c.ReadFileRange(ctx, id, path, Range{}, w)
+}
+
+// Range selects part of a file: lines FirstLine to LastLine (1-based and
+// inclusive, LastLine 0 meaning to the end), or else Length bytes from
+// Offset (Length 0 meaning to the end). The zero Range is the whole file.
+type Range struct {
+	FirstLine, LastLine int
+	Offset, Length      int64
+}
+
+func (r Range) query(q url.Values) {
+	switch {
+	case r.FirstLine > 0 && r.LastLine > 0:
+		q.Set("lines", strconv.Itoa(r.FirstLine)+":"+strconv.Itoa(r.LastLine))
+	case r.FirstLine > 0:
+		q.Set("lines", strconv.Itoa(r.FirstLine)+":")
+	case r.Offset > 0 || r.Length > 0:
+		b := strconv.FormatInt(r.Offset, 10) + ":"
+		if r.Length > 0 {
+			b += strconv.FormatInt(r.Length, 10)
+		}
+		q.Set("bytes", b)
+	}
+}
+
+// ReadFileRange streams the part of a file that r selects into w; a file
+// larger than the daemon's read limit can be read in ranges.
+func (c *Client) ReadFileRange(ctx context.Context, id, path string, r Range, w io.Writer) (int64, error) {
+	q := url.Values{"path": {path}}
+	r.query(q)
+	resp, err := c.do(ctx, request{method: "GET", path: filesPath(id, ""), query: q})
 	if err != nil {
 		return 0, err
 	}
@@ -480,6 +553,39 @@ func (c *Client) ReadFile(ctx context.Context, id, path string, w io.Writer) (in
 		return n, fmt.Errorf("reading %s from workspace %s: %w", path, id, err)
 	}
 	return n, nil
+}
+
+// ReadFileContent reads the part of a file that r selects as one
+// document: the content, and for a range of lines the lines numbered.
+func (c *Client) ReadFileContent(ctx context.Context, id, path string, r Range) (FileContent, error) {
+	q := url.Values{"path": {path}}
+	r.query(q)
+	var fc FileContent
+	return fc, c.json(ctx, request{method: "GET", path: filesPath(id, ""), query: q, accept: "application/json"}, &fc)
+}
+
+// EditFile replaces req.Old by req.New in a file: it must occur exactly
+// once unless req.All. Atomic and durable when it returns.
+func (c *Client) EditFile(ctx context.Context, id string, req EditRequest) (EditResult, error) {
+	var r EditResult
+	return r, c.json(ctx, request{method: "POST", path: filesPath(id, "/edit"), body: req}, &r)
+}
+
+// FindFiles lists the paths that match a glob.
+func (c *Client) FindFiles(ctx context.Context, id string, req FindRequest) (FindResult, error) {
+	var r FindResult
+	return r, c.json(ctx, request{method: "POST", path: filesPath(id, "/find"), body: req}, &r)
+}
+
+// ListTree lists a directory and, down to depth levels, what is inside it
+// (1: the directory's own entries).
+func (c *Client) ListTree(ctx context.Context, id, path string, depth int) (FileList, error) {
+	q := url.Values{"path": {path}}
+	if depth > 0 {
+		q.Set("depth", strconv.Itoa(depth))
+	}
+	var l FileList
+	return l, c.json(ctx, request{method: "GET", path: filesPath(id, "/list"), query: q}, &l)
 }
 
 // WriteFile writes r to path atomically; durable when it returns. mode 0

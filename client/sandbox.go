@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"time"
 	"unicode/utf8"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
 )
 
 // Limits are a sandbox's hard limits; zero fields take the daemon's defaults.
@@ -81,37 +83,15 @@ func (c *Client) RemoveSandbox(ctx context.Context, id string) error {
 	return c.json(ctx, request{method: "DELETE", path: "/v1/sandboxes/" + esc(id)}, nil)
 }
 
-// Exec is a command to run.
-type Exec struct {
-	Argv           []string `json:"argv"`
-	Env            []string `json:"env,omitempty"`
-	Workdir        string   `json:"workdir,omitempty"`
-	Timeout        string   `json:"timeout,omitempty"`
-	MaxOutputBytes int64    `json:"max_output_bytes,omitempty"`
-	Stdin          string   `json:"stdin,omitempty"`
-}
+// Exec is a command to run: Argv, or a shell command line in Sh.
+type Exec = apitypes.ExecRequest
 
 // ExecResult is how a command ended.
-type ExecResult struct {
-	ExecID          string `json:"exec_id"`
-	SandboxID       string `json:"sandbox_id"`
-	Replaced        bool   `json:"replaced"`
-	ExitCode        int    `json:"exit_code"`
-	Signal          int    `json:"signal,omitempty"`
-	TimedOut        bool   `json:"timed_out"`
-	Canceled        bool   `json:"canceled,omitempty"`
-	Lost            bool   `json:"lost"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
-	StdoutBytes     int64  `json:"stdout_bytes"`
-	StderrBytes     int64  `json:"stderr_bytes"`
-	DurationMS      int64  `json:"duration_ms"`
-	// CPUNanos is the CPU time of the command's whole process tree;
-	// PeakMemBytes the peak resident set of its largest process (0 when
-	// unknown).
-	CPUNanos     int64 `json:"cpu_ns"`
-	PeakMemBytes int64 `json:"peak_mem_bytes"`
-}
+type ExecResult = apitypes.ExecResult
+
+// ExecOutput is a buffered exec's reply: how the command ended and its
+// output.
+type ExecOutput = apitypes.ExecOutput
 
 // execPath is the exec endpoint of target (a workspace or sandbox ID).
 func execPath(target, op string) string {
@@ -158,6 +138,29 @@ func (c *Client) ExecStdin(ctx context.Context, target string, req Exec, stdin i
 	}
 	defer resp.Body.Close()
 	return readExecStream(resp.Body, stdout, stderr)
+}
+
+// ExecBuffered runs a command in target and returns, once it has ended,
+// its output (each stream within req.MaxOutputBytes, default 1 MiB, at
+// most 16 MiB) and how it ended, in one reply. stdin, when not nil,
+// streams to the command as in ExecStdin; otherwise req.Stdin is its
+// input.
+func (c *Client) ExecBuffered(ctx context.Context, target string, req Exec, stdin io.Reader) (ExecOutput, error) {
+	var out ExecOutput
+	if stdin == nil {
+		return out, c.json(ctx, request{method: "POST", path: execPath(target, "exec"), body: req, accept: "application/json"}, &out)
+	}
+	if req.Stdin != "" {
+		return out, fmt.Errorf("exec: Stdin is set and a stdin stream is given: %w", ErrInvalid)
+	}
+	first, err := json.Marshal(req)
+	if err != nil {
+		return out, err
+	}
+	pr, pw := io.Pipe()
+	defer pr.CloseWithError(errExecDone)
+	go pumpStdin(pw, append(first, '\n'), stdin)
+	return out, c.json(ctx, request{method: "POST", path: execPath(target, "exec"), raw: pr, rawType: "application/x-ndjson", accept: "application/json"}, &out)
 }
 
 var errExecDone = errors.New("the exec ended")

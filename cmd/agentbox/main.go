@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/api"
@@ -75,7 +76,59 @@ func (c *cli) rootCmd() *cobra.Command {
 		return errdefs.Invalid("%s: %v", cmd.CommandPath(), err)
 	})
 	root.AddCommand(c.serveCmd(), c.repoCmd(), c.wsCmd(), c.filesCmd(), c.eventsCmd(), c.gcCmd(), c.usageCmd(), c.sandboxCmd(), c.execCmd(), c.shellCmd(), c.cpCmd(), c.secretCmd(), c.doctorCmd(), c.benchCmd(), c.imageCmd(), c.policyCmd(), c.versionCmd())
+	usageErrors(root)
 	return root
+}
+
+// usageErrors makes every usage mistake an ErrInvalid naming the command,
+// so that it prints as code "invalid" (in --json mode as a JSON document):
+// a wrong number of arguments, a missing required flag, an unknown
+// command. (Unknown flags and bad flag values go through the root's flag
+// error function.)
+func usageErrors(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		usageErrors(sub)
+	}
+	if cmd.HasSubCommands() && !cmd.Runnable() {
+		// A group: with no command it prints its help; with an unknown
+		// one it says so (cobra's own check covers the root only, and
+		// before the flags, --json included, are read).
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return errdefs.Invalid("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())
+			}
+			return cmd.Help()
+		}
+		return
+	}
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				return errdefs.Invalid("%s: %v (usage: %s)", cmd.CommandPath(), err, cmd.UseLine())
+			}
+			return nil
+		}
+	}
+	// Required flags are checked here rather than by cobra, whose error
+	// has no class.
+	var required []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if _, ok := f.Annotations[cobra.BashCompOneRequiredFlag]; ok {
+			required = append(required, f.Name)
+			delete(f.Annotations, cobra.BashCompOneRequiredFlag)
+		}
+	})
+	if run := cmd.RunE; run != nil && len(required) > 0 {
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			for _, name := range required {
+				if !cmd.Flags().Changed(name) {
+					return errdefs.Invalid("%s: required flag --%s is not set (usage: %s)", cmd.CommandPath(), name, cmd.UseLine())
+				}
+			}
+			return run(cmd, args)
+		}
+	}
 }
 
 func (c *cli) client() (*client.Client, error) {
@@ -99,15 +152,14 @@ func (c *cli) emit(v any, human func(w io.Writer)) error {
 }
 
 func (c *cli) printError(err error) {
-	code := errdefs.Code(err)
+	b := api.ErrorOf(err)
 	var ce *client.Error
 	if errors.As(err, &ce) {
-		code = ce.Code
+		b.Error.Code = ce.Code
 	}
-	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	msg := strings.ReplaceAll(b.Error.Message, "\n", " ")
 	if c.json {
-		var b api.ErrorBody
-		b.Error.Code, b.Error.Message = code, msg
+		b.Error.Message = msg
 		enc := json.NewEncoder(c.stdout)
 		enc.SetEscapeHTML(false)
 		enc.Encode(b)

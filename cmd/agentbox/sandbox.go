@@ -230,12 +230,26 @@ func (c *cli) execCmd() *cobra.Command {
 	var req client.Exec
 	var noStdin bool
 	cmd := &cobra.Command{
-		Use:   "exec WS|SANDBOX [--timeout DUR] [--env K=V]... [--workdir DIR] [-n] -- CMD ARGS...",
+		Use:   "exec WS|SANDBOX [--timeout DUR] [--env K=V]... [--workdir DIR] [-n] (-- CMD ARGS... | --sh 'COMMAND LINE')",
 		Short: "Run a command in a workspace's sandbox; exits with the command's status",
 		Long: "Run a command in a workspace's sandbox; exits with the command's status.\n\n" +
+			"The command is argv after --, run without a shell, or a shell command line with --sh, run as sh -c. " +
+			"Its output streams as it comes; with --json the command runs to its end and one document carries " +
+			"its output (stdout, stderr, each within --max-output, default 1 MiB, at most 16 MiB) and how it ended " +
+			"(exit_code, signal, timed_out, oom, truncated, duration_ms).\n\n" +
 			"When agentbox's stdin is not a terminal (a pipe or a file), it streams to the command, " +
 			"which sees its end: `echo hi | agentbox exec WS -- cat` prints hi. -n gives the command no input.",
-		Args: cobra.MinimumNArgs(2),
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return fmt.Errorf("missing the workspace or sandbox to run in")
+			case req.Sh != "" && len(args) > 1:
+				return fmt.Errorf("give the command with --sh or after --, not both")
+			case req.Sh == "" && len(args) < 2:
+				return fmt.Errorf("missing the command: give it after -- or as --sh 'COMMAND LINE'")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Argv = args[1:]
 			var stdin io.Reader
@@ -246,12 +260,21 @@ func (c *cli) execCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
+	fl.StringVar(&req.Sh, "sh", "", "run this shell command line (sh -c) instead of a command after --")
 	fl.StringVar(&req.Timeout, "timeout", "", "kill the command's whole process tree after this long, e.g. 30s")
 	fl.StringArrayVar(&req.Env, "env", nil, "KEY=VALUE (repeatable); nothing else is inherited")
 	fl.StringVar(&req.Workdir, "workdir", "", "working directory (default /workspace)")
 	fl.Int64Var(&req.MaxOutputBytes, "max-output", 0, "cap stdout and stderr each at this many bytes")
 	fl.BoolVarP(&noStdin, "no-stdin", "n", false, "do not send agentbox's stdin to the command (it reads end of file)")
 	return cmd
+}
+
+// execDoc is what exec --json prints: the buffered reply, the exec's ID
+// and, as before, the result alone.
+type execDoc struct {
+	ID string `json:"id"`
+	client.ExecOutput
+	Result client.ExecResult `json:"result"`
 }
 
 // runExec runs req in target, streaming stdin to it when not nil, and
@@ -261,24 +284,26 @@ func (c *cli) runExec(cmd *cobra.Command, target string, req client.Exec, stdin 
 	if err != nil {
 		return err
 	}
-	var stdout, stderr io.Writer = c.stdout, c.stderr
-	if c.json {
-		stdout, stderr = io.Discard, io.Discard
-	}
 	var res client.ExecResult
-	if stdin != nil {
-		res, err = cl.ExecStdin(cmd.Context(), target, req, stdin, stdout, stderr)
-	} else {
-		res, err = cl.Exec(cmd.Context(), target, req, stdout, stderr)
+	switch {
+	case c.json:
+		out, err := cl.ExecBuffered(cmd.Context(), target, req, stdin)
+		if err != nil {
+			return err
+		}
+		res = out.Result()
+		if err := c.emit(execDoc{ID: out.ExecID, ExecOutput: out, Result: res}, nil); err != nil {
+			return err
+		}
+	case stdin != nil:
+		res, err = cl.ExecStdin(cmd.Context(), target, req, stdin, c.stdout, c.stderr)
+	default:
+		res, err = cl.Exec(cmd.Context(), target, req, c.stdout, c.stderr)
 	}
 	if err != nil {
 		return err
 	}
-	if c.json {
-		if err := c.emit(map[string]any{"id": res.ExecID, "result": res}, nil); err != nil {
-			return err
-		}
-	} else if res.Replaced {
+	if !c.json && res.Replaced {
 		fmt.Fprintf(c.stderr, "agentbox: the workspace's sandbox was gone; ran in a new one (%s)\n", res.SandboxID)
 	}
 	switch {

@@ -45,16 +45,46 @@ func printWorkspace(w io.Writer, ws client.Workspace) {
 
 func (c *cli) wsCreateCmd() *cobra.Command {
 	var req client.CreateWorkspace
+	var from string
 	cmd := &cobra.Command{
-		Use:   "create --repo URL|ID [--ref REF] [--branch NAME] [--task LABEL] [--disk SIZE]",
-		Short: "Create a workspace at a ref on its own branch (adds the repo if needed)",
-		Args:  cobra.NoArgs,
+		Use:   "create (--repo URL|ID [--ref REF] | --empty | --from DIR) [--branch NAME] [--task LABEL] [--driver overlay|copy] [--disk SIZE]",
+		Short: "Create a workspace: of a repo at a ref (adding the repo if needed), empty, or from a local directory",
+		Long: `Create a workspace on its own branch, from one of:
+
+  --repo URL|ID [--ref REF]   a repo at a ref (the repo is cached first if needed)
+  --empty                     a fresh repository with one empty commit, so that
+                              diff and commit work from the first file on
+  --from DIR                  the files under DIR on this machine, uploaded and
+                              committed as the workspace's base commit (.git
+                              directories, sockets, FIFOs and devices are left
+                              out; symlinks are kept as symlinks; empty
+                              directories are not kept)`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			n := 0
+			for _, set := range []bool{req.Repo != "", req.Empty, from != ""} {
+				if set {
+					n++
+				}
+			}
+			switch {
+			case n != 1:
+				return errdefs.Invalid("give one of --repo, --empty or --from")
+			case req.Ref != "" && req.Repo == "":
+				return errdefs.Invalid("--ref needs --repo")
+			}
 			cl, err := c.client()
 			if err != nil {
 				return err
 			}
-			ws, err := cl.CreateWorkspace(cmd.Context(), req)
+			var ws client.Workspace
+			if from != "" {
+				ws, err = cl.UploadDir(cmd.Context(), req, from, func(p string) {
+					fmt.Fprintf(c.stderr, "agentbox: left out %s (not a file, directory or symlink)\n", p)
+				})
+			} else {
+				ws, err = cl.CreateWorkspace(cmd.Context(), req)
+			}
 			if err != nil {
 				return err
 			}
@@ -64,13 +94,14 @@ func (c *cli) wsCreateCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&req.Repo, "repo", "", "repo URL or ID (required)")
+	fl.StringVar(&req.Repo, "repo", "", "repo URL or ID")
 	fl.StringVar(&req.Ref, "ref", "", "branch, tag or commit (default: the remote's default branch)")
+	fl.BoolVar(&req.Empty, "empty", false, "a scratch workspace: a fresh repository with one empty commit")
+	fl.StringVar(&from, "from", "", "upload this local directory as the workspace's base commit")
 	fl.StringVar(&req.Branch, "branch", "", "the workspace's own branch (default agentbox/<id>)")
 	fl.StringVar(&req.Task, "task", "", "a label for the task this workspace serves")
 	fl.StringVar(&req.Driver, "driver", "", "overlay or copy (default: the daemon's)")
 	fl.StringVar(&req.Disk, "disk", "", `disk quota for what the workspace adds, as "2G" (default: the daemon's workspace_disk_quota)`)
-	cmd.MarkFlagRequired("repo")
 	return cmd
 }
 

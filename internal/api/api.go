@@ -82,6 +82,8 @@ var routes = []route{
 	{"POST", "/v1/workspaces/{id}/files/mkdir", (*Server).mkdir},
 	{"POST", "/v1/workspaces/{id}/files/rename", (*Server).rename},
 	{"POST", "/v1/workspaces/{id}/files/grep", (*Server).grep},
+	{"POST", "/v1/workspaces/{id}/files/edit", (*Server).editFile},
+	{"POST", "/v1/workspaces/{id}/files/find", (*Server).findFiles},
 	{"POST", "/v1/sandboxes", (*Server).createSandbox},
 	{"GET", "/v1/sandboxes", (*Server).listSandboxes},
 	{"GET", "/v1/sandboxes/{id}", (*Server).getSandbox},
@@ -217,6 +219,10 @@ func StatusOf(err error) int {
 	}
 	return http.StatusInternalServerError
 }
+
+// ErrorOf is the error body of err, as the API would send it: its code
+// and its message without the trailing class word.
+func ErrorOf(err error) ErrorBody { return errorBody(err) }
 
 func errorBody(err error) ErrorBody {
 	var b ErrorBody

@@ -1,6 +1,9 @@
 package api_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -147,6 +150,20 @@ func TestErrorsAndStatusCodes(t *testing.T) {
 		{"repo in use", "DELETE", "/v1/repos/" + ws.RepoID, "", 409, "conflict", ws.ID},
 		{"bad limit", "GET", "/v1/events?limit=0", "", 400, "invalid", "limit"},
 		{"no route", "GET", "/v1/nothing", "", 404, "not_found", "no API route"},
+		{"repo name not an ID", "GET", "/v1/repos/repo_nope", "", 404, "not_found", "repo_nope"},
+		{"exec in an unknown workspace", "POST", "/v1/workspaces/ws_nope/exec", `{"argv":["true"]}`, 404, "not_found", "workspace ws_nope not found"},
+		{"exec in an unknown sandbox", "POST", "/v1/sandboxes/sb_aaaaaaaaaaaa/exec", `{"sh":"true"}`, 404, "not_found", "sb_aaaaaaaaaaaa"},
+		{"exec argv and sh", "POST", "/v1/workspaces/" + ws.ID + "/exec", `{"argv":["true"],"sh":"true"}`, 400, "invalid", "not both"},
+		{"exec nothing", "POST", "/v1/workspaces/" + ws.ID + "/exec", `{}`, 400, "invalid", "empty"},
+		{"edit no match", "POST", "/v1/workspaces/" + ws.ID + "/files/edit", `{"path":"a.txt","old":"zz","new":"y"}`, 409, "conflict", "not in the file"},
+		{"edit outside", "POST", "/v1/workspaces/" + ws.ID + "/files/edit", `{"path":"../a.txt","old":"a","new":"y"}`, 400, "invalid", "../a.txt"},
+		{"edit nothing", "POST", "/v1/workspaces/" + ws.ID + "/files/edit", `{"path":"a.txt","old":"","new":"y"}`, 400, "invalid", "empty"},
+		{"find bad glob", "POST", "/v1/workspaces/" + ws.ID + "/files/find", `{"pattern":"[x"}`, 400, "invalid", "glob"},
+		{"find unknown type", "POST", "/v1/workspaces/" + ws.ID + "/files/find", `{"pattern":"*","type":"pipe"}`, 400, "invalid", "pipe"},
+		{"bad line range", "GET", "/v1/workspaces/" + ws.ID + "/files?path=a.txt&lines=5:2", "", 400, "invalid", "line range"},
+		{"lines and bytes", "GET", "/v1/workspaces/" + ws.ID + "/files?path=a.txt&lines=1&bytes=0:1", "", 400, "invalid", "not both"},
+		{"bad byte range", "GET", "/v1/workspaces/" + ws.ID + "/files?path=a.txt&bytes=x", "", 400, "invalid", "byte range"},
+		{"bad depth", "GET", "/v1/workspaces/" + ws.ID + "/files/list?depth=0", "", 400, "invalid", "depth"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -233,5 +250,131 @@ func TestFilesRoundTripAndProgress(t *testing.T) {
 	ev, _ := f.cl.Events(t.Context(), client.EventFilter{Workspace: ws.ID, Type: "file.written"})
 	if len(ev) != 1 {
 		t.Errorf("file.written events = %d, want 1", len(ev))
+	}
+}
+
+// TestAgentFileTools runs the file tools shaped for agents through HTTP and
+// the Go client: ranged reads, edits, find, recursive listings.
+func TestAgentFileTools(t *testing.T) {
+	f := newFixture(t, "")
+	src := testutil.NewRepo(t, map[string]string{"main.go": "package main\n\nfunc main() {\n\tprintln(1)\n}\n", "pkg/a/a.go": "package a\n", "pkg/a/a_test.go": "package a\n"})
+	ws, err := f.cl.CreateWorkspace(t.Context(), client.CreateWorkspace{Repo: src.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	fc, err := f.cl.ReadFileContent(ctx, ws.ID, "main.go", client.Range{FirstLine: 3, LastLine: 4})
+	want := []client.Line{{N: 3, Text: "func main() {"}, {N: 4, Text: "\tprintln(1)"}}
+	if err != nil || !cmp.Equal(fc.Lines, want) || fc.Content != "func main() {\n\tprintln(1)\n" || fc.EOF {
+		t.Errorf("lines 3:4 = %+v, %v", fc, err)
+	}
+	var raw strings.Builder
+	if _, err := f.cl.ReadFileRange(ctx, ws.ID, "main.go", client.Range{Offset: 8, Length: 4}, &raw); err != nil || raw.String() != "main" {
+		t.Errorf("bytes 8:4 = %q, %v", raw.String(), err)
+	}
+	if whole, err := f.cl.ReadFileContent(ctx, ws.ID, "pkg/a/a.go", client.Range{}); err != nil || whole.Content != "package a\n" || !whole.EOF || whole.Encoding != "utf-8" {
+		t.Errorf("whole file as JSON = %+v, %v", whole, err)
+	}
+	res, err := f.cl.EditFile(ctx, ws.ID, client.EditRequest{Path: "main.go", Old: "println(1)", New: "println(2)"})
+	if err != nil || res.Replacements != 1 || !cmp.Equal(res.Lines, []int{4}) {
+		t.Errorf("edit = %+v, %v", res, err)
+	}
+	var after strings.Builder
+	f.cl.ReadFile(ctx, ws.ID, "main.go", &after)
+	if !strings.Contains(after.String(), "println(2)") {
+		t.Errorf("after the edit: %q", after.String())
+	}
+	if _, err := f.cl.EditFile(ctx, ws.ID, client.EditRequest{Path: "main.go", Old: "println(1)", New: "x"}); !errors.Is(err, client.ErrConflict) || !strings.Contains(err.Error(), `line 4 is like its first line: "\tprintln(2)"`) {
+		t.Errorf("stale edit = %v", err)
+	}
+	found, err := f.cl.FindFiles(ctx, ws.ID, client.FindRequest{Pattern: "pkg/**/*_test.go"})
+	if err != nil || len(found.Matches) != 1 || found.Matches[0].Path != "pkg/a/a_test.go" || found.Truncated {
+		t.Errorf("find = %+v, %v", found, err)
+	}
+	tree, err := f.cl.ListTree(ctx, ws.ID, "pkg", 2)
+	var paths []string
+	for _, e := range tree.Entries {
+		paths = append(paths, e.Path)
+	}
+	if err != nil || !cmp.Equal(paths, []string{"pkg/a", "pkg/a/a.go", "pkg/a/a_test.go"}) || tree.Depth != 2 {
+		t.Errorf("tree = %v %+v, %v", paths, tree, err)
+	}
+	one, err := f.cl.ListTree(ctx, ws.ID, ".", 0)
+	if err != nil || one.Depth != 1 || len(one.Entries) != 3 { // .git, main.go, pkg
+		t.Errorf("listing = %+v, %v", one, err)
+	}
+	if ev, _ := f.cl.Events(ctx, client.EventFilter{Workspace: ws.ID, Type: "file.edited"}); len(ev) != 1 {
+		t.Errorf("file.edited events = %d, want 1", len(ev))
+	}
+	// Empty IDs are unknown objects, named.
+	if _, err := f.cl.GetWorkspace(ctx, ""); !errors.Is(err, client.ErrNotFound) || !strings.Contains(err.Error(), `workspace ""`) {
+		t.Errorf("empty workspace ID = %v", err)
+	}
+	if _, err := f.cl.ExecBuffered(ctx, "", client.Exec{Argv: []string{"true"}}, nil); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("exec in an empty target = %v", err)
+	}
+}
+
+// TestUploadWorkspace: a directory uploaded as a tar stream, plain or
+// gzipped, becomes a workspace; bad uploads change nothing.
+func TestUploadWorkspace(t *testing.T) {
+	f := newFixture(t, "")
+	ctx := t.Context()
+	var plain bytes.Buffer
+	tw := tar.NewWriter(&plain)
+	for name, body := range map[string]string{"a.txt": "a\n", "dir/b.txt": "b\n"} {
+		tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))})
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write(plain.Bytes())
+	zw.Close()
+	for name, up := range map[string]struct {
+		body    []byte
+		gzipped bool
+	}{"plain": {plain.Bytes(), false}, "gzipped": {zipped.Bytes(), true}} {
+		ws, err := f.cl.UploadWorkspace(ctx, client.CreateWorkspace{Task: name, Branch: "up-" + name}, bytes.NewReader(up.body), up.gzipped)
+		if err != nil {
+			t.Fatalf("%s upload: %v", name, err)
+		}
+		var got strings.Builder
+		f.cl.ReadFile(ctx, ws.ID, "dir/b.txt", &got)
+		if got.String() != "b\n" || ws.Task != name || ws.Branch != "up-"+name {
+			t.Errorf("%s upload: %+v, dir/b.txt = %q", name, ws, got.String())
+		}
+		if st, err := f.cl.Status(ctx, ws.ID); err != nil || st.Dirty {
+			t.Errorf("%s upload: status %+v, %v", name, st, err)
+		}
+	}
+	before, _ := f.cl.ListRepos(ctx)
+	for name, tc := range map[string]struct {
+		query, ctype string
+		body         []byte
+		status       int
+		msg          string
+	}{
+		"unknown option": {"?repo=x", "application/x-tar", plain.Bytes(), 400, "not an option"},
+		"bad disk":       {"?disk=lots", "application/x-tar", plain.Bytes(), 400, "disk"},
+		"not gzip":       {"", "application/gzip", plain.Bytes(), 400, "gzip"},
+		"not tar":        {"", "application/x-tar", []byte(strings.Repeat("x", 2000)), 400, "archive"},
+		"bad branch":     {"?branch=a..b", "application/x-tar", plain.Bytes(), 400, "branch"},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, "POST", f.srv.URL+"/v1/workspaces"+tc.query, bytes.NewReader(tc.body))
+		req.Header.Set("Content-Type", tc.ctype)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb api.ErrorBody
+		json.NewDecoder(resp.Body).Decode(&eb)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || !strings.Contains(eb.Error.Message, tc.msg) {
+			t.Errorf("%s: %d %+v, want %d mentioning %q", name, resp.StatusCode, eb, tc.status, tc.msg)
+		}
+	}
+	if after, _ := f.cl.ListRepos(ctx); len(after) != len(before) {
+		t.Errorf("bad uploads left repos: %d, was %d", len(after), len(before))
 	}
 }

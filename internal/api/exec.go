@@ -16,14 +16,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/manager"
 )
 
 const (
-	// maxStdinField caps the stdin field of a one-document exec request.
-	maxStdinField = 16 << 20
 	// maxStreamLine caps one line of a streamed exec request (the request
 	// itself or one stdin chunk).
 	maxStreamLine = 1 << 20
@@ -36,25 +34,15 @@ const (
 // ExecRequest is a command to run. Output streams back as NDJSON lines
 // {"stream":"stdout"|"stderr","data":"..."} (or "data_b64" for bytes that
 // are not UTF-8), then one {"result": {...}} line; or, with "Accept:
-// text/event-stream", as stdout, stderr and result events.
+// text/event-stream", as stdout, stderr and result events; or, with
+// "Accept: application/json", in one apitypes.ExecOutput document once
+// the command has ended (a buffered exec).
 //
 // Sent as application/json, the request is one document and Stdin its
 // whole input. Sent as application/x-ndjson, it is the body's first line and
 // the input streams in the lines after it (StdinLine) while the output
 // streams back: the connection is full duplex.
-type ExecRequest struct {
-	Argv []string `json:"argv"`
-	// Env is the command's whole environment as KEY=VALUE entries.
-	Env []string `json:"env,omitempty"`
-	// Workdir defaults to /workspace.
-	Workdir string `json:"workdir,omitempty"`
-	// Timeout is a Go duration ("30s"); empty means none.
-	Timeout string `json:"timeout,omitempty"`
-	// MaxOutputBytes caps stdout and stderr each.
-	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
-	// Stdin is fed to the command (at most 16 MiB).
-	Stdin string `json:"stdin,omitempty"`
-}
+type ExecRequest = apitypes.ExecRequest
 
 // StdinLine is one line of a streamed exec request after the first: a
 // chunk of input as text or as base64, or the end of the input. A body
@@ -75,35 +63,7 @@ type ExecLine struct {
 }
 
 // ExecResult is the last line of an exec stream.
-type ExecResult struct {
-	ExecID          string `json:"exec_id"`
-	SandboxID       string `json:"sandbox_id"`
-	Replaced        bool   `json:"replaced"`
-	ExitCode        int    `json:"exit_code"`
-	Signal          int    `json:"signal,omitempty"`
-	TimedOut        bool   `json:"timed_out"`
-	Canceled        bool   `json:"canceled,omitempty"`
-	Lost            bool   `json:"lost"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
-	StdoutBytes     int64  `json:"stdout_bytes"`
-	StderrBytes     int64  `json:"stderr_bytes"`
-	DurationMS      int64  `json:"duration_ms"`
-	// CPUNanos and PeakMemBytes are the command tree's CPU time and the
-	// peak resident set of its largest process (0: unknown).
-	CPUNanos     int64 `json:"cpu_ns"`
-	PeakMemBytes int64 `json:"peak_mem_bytes"`
-}
-
-func execResult(out manager.ExecOutcome) ExecResult {
-	return ExecResult{
-		ExecID: out.ExecID, SandboxID: out.SandboxID, Replaced: out.Replaced,
-		ExitCode: out.ExitCode, Signal: out.Signal, TimedOut: out.TimedOut, Canceled: out.Canceled, Lost: out.Lost,
-		StdoutTruncated: out.StdoutTruncated, StderrTruncated: out.StderrTruncated,
-		StdoutBytes: out.StdoutBytes, StderrBytes: out.StderrBytes, DurationMS: out.Duration.Milliseconds(),
-		CPUNanos: int64(out.CPU()), PeakMemBytes: out.PeakMemBytes,
-	}
-}
+type ExecResult = apitypes.ExecResult
 
 // execStream writes an exec's output as NDJSON lines or SSE events. Its
 // methods are safe for concurrent use; the first write error (the client
@@ -231,11 +191,17 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	greq, err := guestRequest(req)
+	greq, err := manager.Command(req)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	// An unknown target is an error reply, not a stream that ends in one.
+	if _, err := s.m.ExecTarget(r.Context(), r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	buffered := acceptsJSON(r)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	var stdin io.Reader = strings.NewReader(req.Stdin)
@@ -250,6 +216,20 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		stdin = in.pr
 		defer in.stop(rc)
 	}
+	if buffered {
+		out, err := s.m.ExecBuffered(ctx, r.PathValue("id"), req, stdin)
+		if in != nil {
+			if perr := in.err(); perr != nil {
+				err = perr // the cause of the cancellation
+			}
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
 	es := newExecStream(w, strings.Contains(r.Header.Get("Accept"), sseType), cancel)
 	out, err := s.m.Exec(ctx, r.PathValue("id"), greq, stdin, streamWriter{es, "stdout"}, streamWriter{es, "stderr"})
 	if in != nil {
@@ -261,29 +241,18 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		es.fail(err)
 		return
 	}
-	es.result(execResult(out))
+	es.result(out.Result())
 }
 
-// guestRequest checks an API exec request and turns it into the guest's.
-func guestRequest(req ExecRequest) (guest.ExecRequest, error) {
-	if len(req.Argv) == 0 {
-		return guest.ExecRequest{}, errdefs.Invalid("exec request: argv is empty")
-	}
-	if len(req.Stdin) > maxStdinField {
-		return guest.ExecRequest{}, errdefs.Invalid("exec request: stdin over 16 MiB (stream it instead)")
-	}
-	if err := checkEnv(req.Env); err != nil {
-		return guest.ExecRequest{}, err
-	}
-	greq := guest.ExecRequest{Argv: req.Argv, Env: req.Env, Dir: req.Workdir, MaxOutputBytes: req.MaxOutputBytes}
-	if req.Timeout != "" {
-		d, err := time.ParseDuration(req.Timeout)
-		if err != nil || d <= 0 {
-			return greq, errdefs.Invalid("exec request: timeout %q is not a positive duration like 30s", req.Timeout)
+// acceptsJSON says the client asked for one JSON document (Accept:
+// application/json) rather than a stream.
+func acceptsJSON(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		if mediaType(strings.TrimSpace(part)) == "application/json" {
+			return true
 		}
-		greq.Timeout = d
 	}
-	return greq, nil
+	return false
 }
 
 func checkEnv(env []string) error {

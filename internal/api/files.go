@@ -1,11 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"fmt"
 	"io/fs"
 	"net/http"
 	"strconv"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
 )
@@ -39,9 +41,31 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	rng, ranged, err := rangeParams(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if acceptsJSON(r) {
+		s.withFiles(w, r, false, func(f *fileapi.FS) error {
+			var buf bytes.Buffer
+			fc, err := f.ReadRange(r.Context(), p, rng, &buf)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, 200, fileapi.Content(fc, buf.Bytes()))
+			return nil
+		})
+		return
+	}
 	s.withFiles(w, r, false, func(f *fileapi.FS) error {
 		lw := &lazyWriter{w: w, ctype: "application/octet-stream"}
-		_, err := f.Read(r.Context(), p, lw)
+		var err error
+		if ranged {
+			_, err = f.ReadRange(r.Context(), p, rng, lw)
+		} else {
+			_, err = f.Read(r.Context(), p, lw)
+		}
 		if err != nil && lw.started {
 			// Part of the file went out: abort so the client sees a
 			// broken transfer, never a silently short file.
@@ -52,6 +76,24 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		}
 		return err
 	})
+}
+
+// rangeParams reads a read's range: lines=FIRST:LAST or bytes=OFFSET:LENGTH.
+func rangeParams(r *http.Request) (fileapi.Range, bool, error) {
+	q := r.URL.Query()
+	var rng fileapi.Range
+	var err error
+	switch {
+	case q.Has("lines") && q.Has("bytes"):
+		return rng, false, errdefs.Invalid("query parameters lines and bytes: give one range, not both")
+	case q.Has("lines"):
+		rng.FirstLine, rng.LastLine, err = fileapi.ParseLines(q.Get("lines"))
+	case q.Has("bytes"):
+		rng.Offset, rng.Length, err = fileapi.ParseBytes(q.Get("bytes"))
+	default:
+		return rng, false, nil
+	}
+	return rng, err == nil, err
 }
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
@@ -127,12 +169,63 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 	if p == "" {
 		p = "."
 	}
+	depth := 1
+	if v := r.URL.Query().Get("depth"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > fileapi.MaxTreeDepth {
+			writeError(w, errdefs.Invalid("query parameter depth=%q is not a depth between 1 and %d", v, fileapi.MaxTreeDepth))
+			return
+		}
+		depth = n
+	}
 	s.withFiles(w, r, false, func(f *fileapi.FS) error {
+		if depth > 1 {
+			list, err := f.Tree(r.Context(), p, depth)
+			if err != nil {
+				return err
+			}
+			list.Path = p
+			writeJSON(w, 200, list)
+			return nil
+		}
 		entries, err := f.List(r.Context(), p)
 		if err != nil {
 			return err
 		}
-		writeJSON(w, 200, map[string]any{"path": p, "entries": entries})
+		writeJSON(w, 200, apitypes.FileList{Path: p, Depth: 1, Entries: entries})
+		return nil
+	})
+}
+
+func (s *Server) editFile(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.EditRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withFiles(w, r, true, func(f *fileapi.FS) error {
+		res, err := f.Edit(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		s.m.FileChanged(r.Context(), r.PathValue("id"), "edited", res.Path, map[string]any{"replacements": res.Replacements, "bytes": res.Size})
+		writeJSON(w, 200, res)
+		return nil
+	})
+}
+
+func (s *Server) findFiles(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.FindRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.withFiles(w, r, false, func(f *fileapi.FS) error {
+		res, err := f.Find(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, 200, res)
 		return nil
 	})
 }

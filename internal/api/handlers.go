@@ -1,6 +1,7 @@
 package api
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
@@ -177,13 +179,66 @@ func (s *Server) removeRepo(w http.ResponseWriter, r *http.Request) {
 
 // --- workspaces
 
+// Media types of an uploaded directory: a tar stream, plain or gzipped.
+const (
+	tarType  = "application/x-tar"
+	gzipType = "application/gzip"
+)
+
 func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
+	switch mediaType(r.Header.Get("Content-Type")) {
+	case tarType, gzipType, "application/x-gzip":
+		s.uploadWorkspace(w, r)
+		return
+	}
 	var req manager.CreateRequest
 	if err := decode(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
 	ws, err := s.m.CreateWorkspace(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.view(ws))
+}
+
+// uploadWorkspace makes a workspace from the directory tree in the body, a
+// tar stream; its options are query parameters (branch, task, driver,
+// disk), as the body is the archive.
+func (s *Server) uploadWorkspace(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := manager.CreateRequest{Branch: q.Get("branch"), Task: q.Get("task"), Driver: q.Get("driver")}
+	for name := range q {
+		switch name {
+		case "branch", "task", "driver", "disk":
+		default:
+			writeError(w, errdefs.Invalid("query parameter %s is not an option of an upload (branch, task, driver, disk)", name))
+			return
+		}
+	}
+	if v := q.Get("disk"); v != "" {
+		d, err := policy.ParseByteSize(v)
+		if err != nil {
+			writeError(w, errdefs.Invalid("query parameter disk: %v", err))
+			return
+		}
+		req.Disk = d
+	}
+	// The archive's own limits (entries, bytes of files) bound what is
+	// unpacked; this bounds what is read to get there.
+	var body io.Reader = http.MaxBytesReader(w, r.Body, 2*manager.MaxUploadBytes)
+	if ct := mediaType(r.Header.Get("Content-Type")); ct != tarType || r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			writeError(w, errdefs.Invalid("uploaded directory: not a gzip stream: %v", err))
+			return
+		}
+		defer zr.Close()
+		body = zr
+	}
+	ws, err := s.m.UploadWorkspace(r.Context(), req, body)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -642,8 +642,8 @@ func TestExecSSE(t *testing.T) {
 	if last.Event != "result" || last.Data["exit_code"] != 3.0 || last.Data["exec_id"] == "" {
 		t.Errorf("last event = %+v", last)
 	}
-	// An error is an error event.
-	req, _ = http.NewRequestWithContext(ctx, "POST", f.srv.URL+"/v1/workspaces/ws_nope/exec", strings.NewReader(`{"argv":["true"]}`))
+	// An error once the stream started is an error event.
+	req, _ = http.NewRequestWithContext(ctx, "POST", f.srv.URL+"/v1/workspaces/"+f.ws.ID+"/exec", strings.NewReader(`{"argv":["/no/such/program"]}`))
 	req.Header.Set("Accept", "text/event-stream")
 	resp2, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -651,7 +651,71 @@ func TestExecSSE(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp2.Body)
 	resp2.Body.Close()
-	if !strings.HasPrefix(string(b), "event: error\ndata: {\"code\":\"not_found\"") {
+	if !strings.HasPrefix(string(b), "event: error\ndata: {\"code\":\"invalid\"") || !strings.Contains(string(b), "/no/such/program") {
 		t.Errorf("error as SSE: %q", b)
+	}
+	// An unknown target is an error reply before any stream.
+	req, _ = http.NewRequestWithContext(ctx, "POST", f.srv.URL+"/v1/workspaces/ws_nope/exec", strings.NewReader(`{"argv":["true"]}`))
+	req.Header.Set("Accept", "text/event-stream")
+	resp3, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp3.Body)
+	resp3.Body.Close()
+	if resp3.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"code":"not_found"`) || !strings.Contains(string(b), "ws_nope") {
+		t.Errorf("unknown workspace with SSE: %d %q", resp3.StatusCode, b)
+	}
+}
+
+// TestExecBuffered runs the buffered exec (Accept: application/json)
+// through the Go client: output and outcome in one reply, input as a field
+// or streamed, the cap, bytes that are not UTF-8, and its errors.
+func TestExecBuffered(t *testing.T) {
+	f := newSandboxFixture(t)
+	ctx := t.Context()
+	out, err := f.cl.ExecBuffered(ctx, f.ws.ID, client.Exec{Sh: "cat; echo err >&2; printf '\\377'; exit 4", Stdin: "in\n"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Stdout != "in\n\uFFFD" || out.StdoutB64 != base64.StdEncoding.EncodeToString([]byte("in\n\xff")) || out.Stderr != "err\n" || out.StderrB64 != "" ||
+		out.ExitCode != 4 || out.Signal != 0 || out.TimedOut || out.OOM || out.Truncated || out.ExecID == "" || out.StdoutBytes != 4 {
+		t.Errorf("buffered exec = %+v", out)
+	}
+	// Input streamed, output buffered.
+	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	out, err = f.cl.ExecBuffered(ctx, f.ws.ID, client.Exec{Argv: []string{"sha256sum"}}, strings.NewReader(big))
+	if want := fmt.Sprintf("%x", sha256.Sum256([]byte(big))); err != nil || !strings.HasPrefix(out.Stdout, want) {
+		t.Errorf("1 MiB of streamed input: %+v, %v; want %s", out, err, want)
+	}
+	// Each stream keeps its cap, then the note; the command runs on.
+	out, err = f.cl.ExecBuffered(ctx, f.ws.ID, client.Exec{Sh: "head -c 100000 /dev/zero | tr '\\0' a; echo done >&2", MaxOutputBytes: 1000}, nil)
+	if err != nil || !out.Truncated || !out.StdoutTruncated || out.StdoutBytes != 100000 || !strings.HasPrefix(out.Stdout, strings.Repeat("a", 1000)+"\n[agentbox: output truncated") || out.Stderr != "done\n" {
+		t.Errorf("capped buffered exec = %+v (%d bytes of stdout), %v", out, len(out.Stdout), err)
+	}
+	// The default cap is 1 MiB.
+	out, err = f.cl.ExecBuffered(ctx, f.ws.ID, client.Exec{Sh: "head -c 2000000 /dev/zero"}, nil)
+	if err != nil || !out.Truncated || len(out.Stdout) > manager.DefaultBufferedOutput+100 {
+		t.Errorf("default cap: truncated %v, %d bytes, %v", out.Truncated, len(out.Stdout), err)
+	}
+	out, err = f.cl.ExecBuffered(ctx, f.ws.ID, client.Exec{Argv: []string{"sleep", "30"}, Timeout: "500ms"}, nil)
+	if err != nil || !out.TimedOut {
+		t.Errorf("timeout = %+v, %v", out, err)
+	}
+	for name, tc := range map[string]struct {
+		target string
+		req    client.Exec
+		want   error
+		msg    string
+	}{
+		"over the cap":   {f.ws.ID, client.Exec{Argv: []string{"true"}, MaxOutputBytes: 17 << 20}, client.ErrInvalid, "stream the output"},
+		"no program":     {f.ws.ID, client.Exec{Argv: []string{"/no/such/program"}}, client.ErrInvalid, "/no/such/program"},
+		"argv and sh":    {f.ws.ID, client.Exec{Argv: []string{"true"}, Sh: "true"}, client.ErrInvalid, "not both"},
+		"unknown target": {"ws_nope", client.Exec{Argv: []string{"true"}}, client.ErrNotFound, "ws_nope"},
+		"empty target":   {"", client.Exec{Argv: []string{"true"}}, client.ErrNotFound, `""`},
+	} {
+		if _, err := f.cl.ExecBuffered(ctx, tc.target, tc.req, nil); !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: %v, want %v mentioning %q", name, err, tc.want, tc.msg)
+		}
 	}
 }

@@ -18,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -34,7 +36,8 @@ const raceSecondsEnv = "AGENTBOX_H43_SECONDS"
 // (absolute and relative, renameat2(RENAME_EXCHANGE) in a tight loop), the
 // host runs every operation that walks the workspace's tree: diff,
 // status, diff check, commit, fork, cp from the workspace (stat, list,
-// read), cp into it, and gc's measuring (a dry run that sizes everything
+// read), cp into it, the agent file tools (find, deep listing, ranged
+// read, edit), and gc's measuring (a dry run that sizes everything
 // and asks git which workspaces are dirty). The targets are a root-only
 // directory holding a canary and the data dir's own CA directory (whose
 // ca.key the original exploit took). No byte or name of either may reach
@@ -180,6 +183,9 @@ func TestH43HostWalkRace(t *testing.T) {
 				// cp WS:race/dN host: what the CLI's download asks for.
 				err := readThroughFileAPI(ctx, e, x, pairs, check)
 				note("cp from the workspace", err)
+				// And what an agent's file tools do (within this turn,
+				// so that the other walks keep their share of the race).
+				note("find, tree, ranged read, edit", agentToolsThroughFileAPI(ctx, e, x, pairs, check))
 			case 6:
 				note("cp into the workspace", writeThroughFileAPI(ctx, e, x, pairs, i))
 			case 7:
@@ -252,6 +258,47 @@ func readThroughFileAPI(ctx context.Context, e *env, x *box, pairs []string, che
 		return lastErr
 	}
 	return nil
+}
+
+// agentToolsThroughFileAPI runs the file tools shaped for agents over the
+// race: find and a deep listing walk it, a ranged read and an edit resolve
+// race/*/x. It fails when a walk fails or no read and no edit worked.
+func agentToolsThroughFileAPI(ctx context.Context, e *env, x *box, pairs []string, check func(string, []byte)) error {
+	f, release, err := e.m.Files(ctx, x.ws.ID, true)
+	if err != nil {
+		return err
+	}
+	defer release()
+	found, err := f.Find(ctx, apitypes.FindRequest{Pattern: "**", Path: "race", IncludeGit: true})
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(found)
+	check("find", b)
+	list, err := f.Tree(ctx, "race", 8)
+	if err != nil {
+		return err
+	}
+	b, _ = json.Marshal(list)
+	check("tree", b)
+	var lastErr error
+	for _, name := range pairs {
+		var buf bytes.Buffer
+		if _, err := f.ReadRange(ctx, "race/"+name+"/x", fileapi.Range{FirstLine: 1, LastLine: 5}, &buf); err != nil {
+			lastErr = err
+			continue
+		}
+		check("ranged read "+name, buf.Bytes())
+		res, err := f.Edit(ctx, apitypes.EditRequest{Path: "race/" + name + "/x", Old: "workspace-file", New: "workspace-file.", All: true})
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		b, _ := json.Marshal(res)
+		check("edit "+name, b)
+		return nil
+	}
+	return lastErr
 }
 
 // writeThroughFileAPI writes a file into the first race/* directory that

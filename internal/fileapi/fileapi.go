@@ -51,8 +51,8 @@ import (
 	"os"
 	"path"
 	"syscall"
-	"time"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
@@ -130,16 +130,9 @@ func (f *FS) Close() error {
 	return f.root.Close()
 }
 
-// Info describes one entry with lstat semantics.
-type Info struct {
-	Path       string    `json:"path"` // cleaned relative path, "." for the root
-	Name       string    `json:"name"`
-	Type       string    `json:"type"` // "file", "dir", "symlink", "other"
-	Size       int64     `json:"size"`
-	Mode       string    `json:"mode"` // octal permission and setuid/setgid/sticky bits, e.g. "0644"
-	ModTime    time.Time `json:"mod_time"`
-	LinkTarget string    `json:"link_target,omitempty"` // for symlinks, from readlink; never followed
-}
+// Info describes one entry with lstat semantics. It is the API's FileInfo,
+// declared once in apitypes.
+type Info = apitypes.FileInfo
 
 // The values of Info.Type.
 const (

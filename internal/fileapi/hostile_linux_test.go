@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
@@ -98,6 +99,44 @@ func allVerbs() []verb {
 			}
 			return err
 		}},
+		{"read lines", func(t *testing.T, ctx context.Context, e *env, p string) error {
+			var buf bytes.Buffer
+			_, err := e.fs.ReadRange(ctx, p, Range{FirstLine: 1, LastLine: 5}, &buf)
+			if strings.Contains(buf.String(), e.secret) || strings.Contains(buf.String(), "root:") {
+				t.Errorf("ReadRange(%q) returned data from outside the workspace: %q", p, buf.String())
+			}
+			return err
+		}},
+		{"read bytes", func(t *testing.T, ctx context.Context, e *env, p string) error {
+			var buf bytes.Buffer
+			_, err := e.fs.ReadRange(ctx, p, Range{Offset: 0, Length: 100}, &buf)
+			if strings.Contains(buf.String(), e.secret) || strings.Contains(buf.String(), "root:") {
+				t.Errorf("ReadRange(%q) returned data from outside the workspace: %q", p, buf.String())
+			}
+			return err
+		}},
+		{"edit", func(t *testing.T, ctx context.Context, e *env, p string) error {
+			_, err := e.fs.Edit(ctx, apitypes.EditRequest{Path: p, Old: "canary", New: "pwned", All: true})
+			return err
+		}},
+		{"find path", func(t *testing.T, ctx context.Context, e *env, p string) error {
+			res, err := e.fs.Find(ctx, apitypes.FindRequest{Pattern: "*", Path: p})
+			for _, m := range res.Matches {
+				if m.Name == "canary" {
+					t.Errorf("Find(%q) found an entry outside the workspace: %+v", p, res.Matches)
+				}
+			}
+			return err
+		}},
+		{"tree", func(t *testing.T, ctx context.Context, e *env, p string) error {
+			list, err := e.fs.Tree(ctx, p, 8)
+			for _, in := range list.Entries {
+				if in.Name == "canary" {
+					t.Errorf("Tree(%q) listed an entry outside the workspace: %+v", p, list.Entries)
+				}
+			}
+			return err
+		}},
 	}
 }
 
@@ -149,10 +188,10 @@ func TestTraversalEveryVerb(t *testing.T) {
 		for _, p := range refused {
 			t.Run(v.name+"/"+shortName(p), func(t *testing.T) {
 				err := v.run(t, e, p)
-				if v.name == "grep path" && p == "" {
-					// An empty grep path is the documented default, ".".
+				if (v.name == "grep path" || v.name == "find path") && p == "" {
+					// An empty search path is the documented default, ".".
 					if err != nil {
-						t.Errorf("Grep with no path = %v", err)
+						t.Errorf("%s with no path = %v", v.name, err)
 					}
 					return
 				}

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/archive"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/ids"
@@ -162,6 +163,9 @@ type Manager struct {
 	pool *warmPool
 	// egressLog queues the egress proxy's decisions for the event log.
 	egressLog egressLog
+	// hostPathWarned remembers which warnings of hideHostPaths were
+	// logged.
+	hostPathWarned sync.Map
 
 	// failAt, when set by tests, is called at each named step of a
 	// multi-step operation and may return an error to inject a failure.
@@ -335,7 +339,10 @@ func (m *Manager) RemoveRepo(ctx context.Context, idOrURL string, force bool) er
 // CreateRequest asks for a new workspace.
 type CreateRequest struct {
 	// Repo is a repo ID or a URL (added to the cache if needed).
-	Repo string `json:"repo"`
+	Repo string `json:"repo,omitempty"`
+	// Empty asks for a scratch workspace instead: a fresh repository
+	// holding one empty commit (no Repo, no Ref).
+	Empty bool `json:"empty,omitempty"`
 	// Ref is a branch, tag or commit; empty means the default branch.
 	Ref string `json:"ref,omitempty"`
 	// Branch is the workspace's own branch; default agentbox/<id>.
@@ -361,8 +368,37 @@ func validTask(task string) error {
 	return nil
 }
 
-// CreateWorkspace makes a workspace of repo at ref on its own branch.
+// Bounds of an uploaded directory (UploadWorkspace); a workspace with a
+// smaller disk quota takes at most its quota.
+const (
+	MaxUploadEntries = archive.DefaultMaxEntries
+	MaxUploadBytes   = archive.DefaultMaxBytes
+)
+
+// CreateWorkspace makes a workspace of repo at ref on its own branch, or,
+// with req.Empty, a scratch workspace: a repository with one empty commit,
+// so that diff and commit work as in any other.
 func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store.Workspace, error) {
+	return m.createWorkspace(ctx, req, nil)
+}
+
+// UploadWorkspace makes a workspace whose base commit is the directory
+// tree in tarball, a tar stream (see package archive for what it refuses:
+// traversal, links then files through them, devices, more than
+// MaxUploadEntries entries or MaxUploadBytes bytes, or the disk quota).
+// req names no repo, ref or Empty. The upload becomes a repo of its own,
+// removed with the last workspace that uses it.
+func (m *Manager) UploadWorkspace(ctx context.Context, req CreateRequest, tarball io.Reader) (store.Workspace, error) {
+	if req.Repo != "" || req.Ref != "" || req.Empty {
+		return store.Workspace{}, errdefs.Invalid("an uploaded directory is the workspace's base: no repo, ref or empty with it")
+	}
+	if tarball == nil {
+		return store.Workspace{}, errdefs.Invalid("no uploaded directory")
+	}
+	return m.createWorkspace(ctx, req, tarball)
+}
+
+func (m *Manager) createWorkspace(ctx context.Context, req CreateRequest, upload io.Reader) (store.Workspace, error) {
 	driverName := req.Driver
 	if driverName == "" {
 		driverName = m.driver
@@ -392,34 +428,76 @@ func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store
 			return store.Workspace{}, err
 		}
 	}
-	if strings.TrimSpace(req.Repo) == "" {
-		return store.Workspace{}, errdefs.Invalid("repo is required (a repo ID or URL)")
-	}
+	who := repocache.Identity{Name: m.cfg.Author.Name, Email: m.cfg.Author.Email}
 	var repo store.Repo
-	if ids.HasPrefix(req.Repo, "repo") {
-		repo, err = m.st.GetRepo(ctx, req.Repo)
-	} else {
-		repo, _, err = m.cache.Add(ctx, req.Repo, nil)
-	}
-	if err != nil {
-		return store.Workspace{}, err
-	}
-	// The collector leaves the repo and its checkouts alone until the
-	// workspace's row uses them.
-	release, err := m.useRepo(ctx, repo.ID)
-	if errors.Is(err, errdefs.ErrNotFound) && !ids.HasPrefix(req.Repo, "repo") {
-		// Collected since it was looked up: clone it again.
-		if repo, _, err = m.cache.Add(ctx, req.Repo, nil); err == nil {
+	var release func()
+	var commit, dropRepo string
+	switch {
+	case upload != nil:
+		lim := archive.Limits{MaxEntries: MaxUploadEntries, MaxBytes: MaxUploadBytes}
+		if quota > 0 {
+			lim.MaxBytes = min(lim.MaxBytes, quota)
+		}
+		if repo, commit, err = m.cache.Import(ctx, upload, lim, who); err != nil {
+			return store.Workspace{}, err
+		}
+		// The upload's repo exists for this workspace: it goes if the
+		// workspace is not made (after the rollback below removed its
+		// row, and after release).
+		dropRepo = repo.ID
+		defer func() {
+			if dropRepo != "" {
+				m.dropUploadRepo(context.WithoutCancel(ctx), dropRepo)
+			}
+		}()
+		if release, err = m.useRepo(ctx, repo.ID); err != nil {
+			return store.Workspace{}, err
+		}
+	case req.Empty:
+		if req.Repo != "" || req.Ref != "" {
+			return store.Workspace{}, errdefs.Invalid("an empty workspace has no repo or ref")
+		}
+		if repo, err = m.cache.Empty(ctx, who); err == nil {
 			release, err = m.useRepo(ctx, repo.ID)
+			if errors.Is(err, errdefs.ErrNotFound) {
+				// Collected since it was looked up: make it again.
+				if repo, err = m.cache.Empty(ctx, who); err == nil {
+					release, err = m.useRepo(ctx, repo.ID)
+				}
+			}
+		}
+		if err != nil {
+			return store.Workspace{}, err
+		}
+	case strings.TrimSpace(req.Repo) == "":
+		return store.Workspace{}, errdefs.Invalid("repo is required (a repo ID or URL), unless the workspace is empty or uploaded")
+	default:
+		if ids.HasPrefix(req.Repo, "repo") {
+			repo, err = m.st.GetRepo(ctx, req.Repo)
+		} else {
+			repo, _, err = m.cache.Add(ctx, req.Repo, nil)
+		}
+		if err != nil {
+			return store.Workspace{}, err
+		}
+		// The collector leaves the repo and its checkouts alone until the
+		// workspace's row uses them.
+		release, err = m.useRepo(ctx, repo.ID)
+		if errors.Is(err, errdefs.ErrNotFound) && !ids.HasPrefix(req.Repo, "repo") {
+			// Collected since it was looked up: clone it again.
+			if repo, _, err = m.cache.Add(ctx, req.Repo, nil); err == nil {
+				release, err = m.useRepo(ctx, repo.ID)
+			}
+		}
+		if err != nil {
+			return store.Workspace{}, err
 		}
 	}
-	if err != nil {
-		return store.Workspace{}, err
-	}
 	defer release()
-	commit, err := m.cache.Resolve(ctx, repo, req.Ref)
-	if err != nil {
-		return store.Workspace{}, err
+	if commit == "" {
+		if commit, err = m.cache.Resolve(ctx, repo, req.Ref); err != nil {
+			return store.Workspace{}, err
+		}
 	}
 	var pristine store.Pristine
 	if driverName == workspace.Overlay {
@@ -483,13 +561,20 @@ func (m *Manager) CreateWorkspace(ctx context.Context, req CreateRequest) (store
 		return w, err
 	}
 	undo.release()
+	dropRepo = ""
 	if pristine.ID != "" {
 		m.st.TouchPristine(ctx, pristine.ID, now)
 	}
 	repo.LastUsedAt = now
 	m.st.UpdateRepo(ctx, repo)
-	m.event(ctx, store.Event{Type: "workspace.created", RepoID: repo.ID, WorkspaceID: id},
-		map[string]any{"commit": commit, "branch": branch, "driver": driverName, "task": req.Task})
+	detail := map[string]any{"commit": commit, "branch": branch, "driver": driverName, "task": req.Task}
+	switch {
+	case upload != nil:
+		detail["source"] = "upload"
+	case req.Empty:
+		detail["source"] = "empty"
+	}
+	m.event(ctx, store.Event{Type: "workspace.created", RepoID: repo.ID, WorkspaceID: id}, detail)
 	m.log.InfoContext(ctx, "workspace created", KeyWorkspace, id, KeyRepo, repo.ID, "driver", driverName)
 	return w, nil
 }
@@ -596,7 +681,21 @@ func (m *Manager) RemoveWorkspace(ctx context.Context, id string) error {
 	m.locksMu.Unlock()
 	m.event(ctx, store.Event{Type: "workspace.removed", RepoID: w.RepoID, WorkspaceID: id}, nil)
 	m.log.InfoContext(ctx, "workspace removed", KeyWorkspace, id)
+	m.dropUploadRepo(ctx, w.RepoID)
 	return nil
+}
+
+// dropUploadRepo removes the repo of an uploaded directory once no
+// workspace uses it: nothing else can make a workspace of it again. Other
+// repos stay for the collector.
+func (m *Manager) dropUploadRepo(ctx context.Context, repoID string) {
+	r, err := m.st.GetRepo(ctx, repoID)
+	if err != nil || !repocache.IsUpload(r.URL) {
+		return
+	}
+	if err := m.gcRepo(ctx, repoID); err != nil && !errors.Is(err, errGCSkip) {
+		m.log.WarnContext(ctx, "removing the repo of an upload", KeyRepo, repoID, "err", err)
+	}
 }
 
 func (m *Manager) finishRemove(ctx context.Context, w store.Workspace) error {

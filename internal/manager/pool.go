@@ -444,6 +444,8 @@ func (p *warmPool) start(c *poolClass) (_ *pooledEnv, err error) {
 			return nil, fmt.Errorf("pooled sandbox %s: %w", e.id, err)
 		}
 	}
+	hid := m.hideHostPaths(p.ctx, e.dir, runDir)
+	undo.add(hid.detach)
 	if e.ln, err = guest.Listen(filepath.Join(runDir, "agentbox.sock"), token, guest.ListenOptions{Logger: m.log.With(KeySandbox, e.id)}); err != nil {
 		return nil, fmt.Errorf("pooled sandbox %s: %w", e.id, err)
 	}
@@ -453,12 +455,13 @@ func (p *warmPool) start(c *poolClass) (_ *pooledEnv, err error) {
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(p.ctx), 2*time.Minute)
 	defer ccancel()
 	e.info, err = c.at.CreateDetached(cctx, sandbox.CreateRequest{
-		ID: e.id, RunDir: runDir, Guest: m.cfg.GuestBinary, GuestEnv: []string{guest.TokenEnv + "=" + token},
+		ID: e.id, RunDir: runDir, Guest: hid.guest, GuestEnv: []string{guest.TokenEnv + "=" + token},
 		UID: m.cfg.UID, GID: m.cfg.GID, Spec: c.spec, Owner: m.owner(),
 	}, p.owner)
 	if err != nil {
 		return nil, fmt.Errorf("pooled sandbox %s on %s: %w", e.id, c.spec.Backend, err)
 	}
+	go hid.detach()
 	undo.add(func() { c.be.Remove(context.Background(), e.info.Ref) })
 	timeout := m.cfg.GuestConnectTimeout
 	if timeout <= 0 {
@@ -466,7 +469,9 @@ func (p *warmPool) start(c *poolClass) (_ *pooledEnv, err error) {
 	}
 	actx, cancel := context.WithTimeout(p.ctx, timeout)
 	defer cancel()
-	if e.conn, err = e.ln.Accept(actx); err != nil {
+	e.conn, err = e.ln.Accept(actx)
+	hid.detach()
+	if err != nil {
 		return nil, fmt.Errorf("pooled sandbox %s on %s: the guest did not connect within %s: %w", e.id, c.spec.Backend, timeout, errdefs.ErrUnavailable)
 	}
 	// What the first command would look up (the docker backend asks the

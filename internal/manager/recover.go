@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agentbox/agentbox/internal/repocache"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
@@ -58,6 +59,15 @@ func (m *Manager) Recover(ctx context.Context) error {
 				m.countRepair(RepairWorkspaceRemounted)
 			}
 			m.sweep(ctx, drv, w)
+		}
+	}
+	// The repo of an upload whose workspace a crash kept from being made
+	// (or from being removed with its last workspace) serves nothing.
+	if repos, err := m.st.ListRepos(ctx); err == nil {
+		for _, r := range repos {
+			if repocache.IsUpload(r.URL) {
+				m.dropUploadRepo(ctx, r.ID)
+			}
 		}
 	}
 	// A workspace that cannot be repaired is reported, not fatal: the

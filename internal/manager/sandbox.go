@@ -301,6 +301,8 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 			return sb, err
 		}
 	}
+	hid := m.hideHostPaths(ctx, dir, runDir)
+	undo.add(hid.detach)
 	if err := m.step("sandbox-listen"); err != nil {
 		return sb, err
 	}
@@ -337,12 +339,15 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	}
 	info, err := be.Create(ctx, sandbox.CreateRequest{
 		ID: sb.ID, WorkspaceID: w.ID, Files: m.FilesPath(w), RunDir: runDir,
-		Guest: m.cfg.GuestBinary, GuestEnv: guestEnv,
+		Guest: hid.guest, GuestEnv: guestEnv,
 		UID: m.cfg.UID, GID: m.cfg.GID, Spec: spec, Owner: m.owner(),
 	})
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s on %s: %w", sb.ID, spec.Backend, err)
 	}
+	// The environment holds its copies of the run directory and the
+	// guest now: off the host with them, while the guest starts.
+	go hid.detach()
 	undo.add(func() { be.Remove(bg, info.Ref) })
 	if err := m.step("sandbox-guest"); err != nil {
 		return sb, err
@@ -361,6 +366,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 		}
 		return sb, fmt.Errorf("sandbox %s on %s: %s within %s: %w", sb.ID, spec.Backend, why, timeout, errdefs.ErrUnavailable)
 	}
+	hid.detach()
 	sb.State, sb.BackendRef, sb.UpdatedAt = string(sandbox.StateRunning), info.Ref, time.Now().UTC()
 	created["ref"] = info.Ref
 	ev := eventRecord(ctx, store.Event{Type: "sandbox.created", WorkspaceID: w.ID, SandboxID: sb.ID}, created)
@@ -539,7 +545,13 @@ func (m *Manager) execOnce(ctx context.Context, wsID string, req guest.ExecReque
 	}
 	rec.OOM = out.OOMKilled
 	m.endExec(context.WithoutCancel(ctx), sb, rec, res, err)
-	if err != nil {
+	var se *guest.StartError
+	switch {
+	case errors.As(err, &se):
+		// The command cannot start as asked (no such program, a missing
+		// working directory): the request's fault, not the daemon's.
+		return out, fmt.Errorf("exec in sandbox %s: %w: %w", sb.ID, err, errdefs.ErrInvalid)
+	case err != nil:
 		return out, fmt.Errorf("exec in sandbox %s: %w", sb.ID, err)
 	}
 	return out, nil
@@ -631,6 +643,7 @@ func (m *Manager) markLost(ctx context.Context, sb store.Sandbox, why string) {
 // if it was still being created, deleted). The next exec on its workspace
 // starts a new one; the workspace itself is untouched.
 func (m *Manager) recoverSandboxes(ctx context.Context) {
+	m.detachLeftovers(ctx)
 	sbs, err := m.st.ListSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
 		m.log.ErrorContext(ctx, "listing sandboxes at start", "err", err)

@@ -145,19 +145,6 @@ func (s *Session) finish(res guest.ExecResult, err error) {
 	})
 }
 
-// targetWorkspace resolves an exec target (a workspace or sandbox ID) to
-// its workspace ID.
-func (m *Manager) targetWorkspace(ctx context.Context, target string) (string, error) {
-	if !ids.HasPrefix(target, "sb") {
-		return target, nil
-	}
-	sb, err := m.GetSandbox(ctx, target)
-	if err != nil {
-		return "", err
-	}
-	return sb.WorkspaceID, nil
-}
-
 // beginExec records a command about to run in sb, whose workspace has
 // the task label task.
 func (m *Manager) beginExec(ctx context.Context, sb store.Sandbox, task string, argv []string) (store.Exec, error) {

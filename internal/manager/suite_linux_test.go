@@ -76,6 +76,8 @@ func runDriverSuite(t *testing.T, driver string) {
 		{"RemoveRepo", testRemoveRepo},
 		{"HostileConfig", testHostileConfig},
 		{"HostileLinksAndFIFOs", testHostileLinksAndFIFOs},
+		{"Empty", testEmpty},
+		{"Upload", testUpload},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -87,7 +87,8 @@ func (c *Cache) Lookup(ctx context.Context, idOrURL string) (store.Repo, error) 
 	}
 	rem, err := ParseRemote(idOrURL)
 	if err != nil {
-		return store.Repo{}, err
+		// Not a URL that could have been cloned: no repo has it.
+		return store.Repo{}, fmt.Errorf("repo %q %w (neither a repo ID nor the URL of a cached repo)", idOrURL, errdefs.ErrNotFound)
 	}
 	return c.st.GetRepoByURL(ctx, rem.Clean)
 }
@@ -216,6 +217,9 @@ func (c *Cache) Fetch(ctx context.Context, id, rawURL string, progress io.Writer
 	r, err := c.st.GetRepo(ctx, id)
 	if err != nil {
 		return r, err
+	}
+	if IsLocal(r.URL) {
+		return r, errdefs.Invalid("repo %s (%s) was made by agentbox from a scratch or uploaded workspace: it has no remote to fetch from", id, r.URL)
 	}
 	rem := Remote{Clean: r.URL}
 	if rawURL != "" {
@@ -387,9 +391,14 @@ func CheckoutRepo(ctx context.Context, r store.Repo, commit, dir string, uid, gi
 	if !sameDevice(r.Path, filepath.Dir(dir)) {
 		local = "--no-hardlinks"
 	}
+	origin := []string{"-C", dir, "config", "remote.origin.url", r.URL}
+	if IsLocal(r.URL) {
+		// No remote: the clone's origin would name the mirror's host path.
+		origin = []string{"-C", dir, "remote", "remove", "origin"}
+	}
 	steps := [][]string{
 		{"clone", local, "--no-checkout", "--template=", "--quiet", "--", r.Path, dir},
-		{"-C", dir, "config", "remote.origin.url", r.URL},
+		origin,
 		{"-C", dir, "checkout", "--quiet", "--detach", commit},
 	}
 	for _, args := range steps {

@@ -153,6 +153,12 @@ type CreateRequest struct {
 	RunDir string
 	// Guest is the host path of the static agentbox-guest binary, mounted
 	// read-only at GuestPath and run as init with GuestArgs.
+	//
+	// The manager hands RunDir and Guest over on mounts of their own,
+	// which it takes off the host once Create has returned (so that a
+	// sandbox's mount table names no host path, SECURITY.md H45): by then
+	// the environment must hold its own mounts of both, and a backend
+	// never looks them up again.
 	Guest     string
 	GuestArgs []string
 	// GuestEnv is the guest's whole environment ("KEY=value"), e.g. its

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -373,29 +374,55 @@ func testDriverRemoveMissing(t *testing.T, d Driver) {
 	}
 }
 
-func TestMountOptions(t *testing.T) {
-	tests := []struct {
-		lower, upper, work string
-		bad                bool
-	}{
-		{lower: "/a/lower", upper: "/a/upper", work: "/a/work"},
-		{lower: "/a/lo,wer", upper: "/a/upper", work: "/a/work", bad: true},
-		{lower: "/a/lower", upper: "/a/up:per", work: "/a/work", bad: true},
-		{lower: "/a/lower", upper: "/a/upper", work: `/a/wo\rk`, bad: true},
-		{lower: "/a/lower,upperdir=/etc", upper: "/a/upper", work: "/a/work", bad: true},
-	}
-	for _, tt := range tests {
-		opts, err := mountOptions(tt.lower, tt.upper, tt.work)
-		if tt.bad {
-			if !errors.Is(err, errdefs.ErrInvalid) {
-				t.Errorf("mountOptions(%q, %q, %q) = %q, %v; want ErrInvalid", tt.lower, tt.upper, tt.work, opts, err)
+// TestOverlayNamesNoHostPath: a sandbox reads its mount table, so a
+// workspace overlay's entry names its layers without their host paths
+// (SECURITY.md H45), also after it is mounted again; and a directory whose
+// path holds the ',' and ':' of overlay's option syntax serves as well.
+func TestOverlayNamesNoHostPath(t *testing.T) {
+	for _, quota := range []int64{0, 64 << 20} {
+		fx := newFixture(t, Overlay)
+		d := WithQuota(overlayDriver{}, quota, t.TempDir())
+		dir := fx.create(t, d, "ws,a:b")
+		for range 2 {
+			files := d.Files(dir)
+			f := mountEntry(t, files)
+			if want := "rw,lowerdir=/,upperdir=upper,workdir=work"; !strings.HasPrefix(f[len(f)-1], want) || f[3] != "/" {
+				t.Errorf("quota %d: overlay entry %q, want root / and options starting %q", quota, f, want)
 			}
-			continue
-		}
-		if err != nil || opts != "lowerdir=/a/lower,upperdir=/a/upper,workdir=/a/work,index=off,metacopy=off" {
-			t.Errorf("mountOptions = %q, %v", opts, err)
+			if line := strings.Join(f, " "); strings.Contains(strings.Join(f[5:], " "), filepath.Dir(fx.top)) {
+				t.Errorf("quota %d: the overlay entry names a host path: %s", quota, line)
+			}
+			if diff := cmp.Diff(srcFiles, readTree(t, files)); diff != "" {
+				t.Errorf("quota %d: files (-want +got):\n%s", quota, diff)
+			}
+			if err := d.Detach(t.Context(), dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Attach(t.Context(), dir, fx.lower); err != nil {
+				t.Fatalf("quota %d: attaching again: %v", quota, err)
+			}
 		}
 	}
+}
+
+// mountEntry returns the fields of the mountinfo entry of the mount at
+// point.
+func mountEntry(t *testing.T, point string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 9 && mountinfo.Unescape(f[4]) == point {
+			found = f
+		}
+	}
+	if found == nil {
+		t.Fatalf("no mount at %s", point)
+	}
+	return found
 }
 
 func TestIsMountPoint(t *testing.T) {

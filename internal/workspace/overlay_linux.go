@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-
-	"github.com/agentbox/agentbox/internal/mountinfo"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/anonmount"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/mountinfo"
 )
 
 // overlayDriver stacks each workspace's own upper layer on a shared,
@@ -69,18 +68,10 @@ func (d overlayDriver) Fork(ctx context.Context, parentDir, dir string, src Sour
 	return d.Attach(ctx, dir, src.Lower)
 }
 
-// mountOptions refuses paths that would be misread inside overlay's
-// comma- and colon-separated option string.
-func mountOptions(lower, upper, work string) (string, error) {
-	for _, p := range []string{lower, upper, work} {
-		if strings.ContainsAny(p, ",:\\") {
-			return "", errdefs.Invalid("path %q contains ',', ':' or '\\', which overlay mount options cannot carry; use the copy driver or another data dir", p)
-		}
-	}
-	// index=off and metacopy=off keep the upper layer self-contained, so a
-	// fork can copy it and mount it over the same lower layer.
-	return fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off", lower, upper, work), nil
-}
+// overlayOptions are the options of every workspace overlay besides its
+// layers: index=off and metacopy=off keep the upper layer self-contained,
+// so a fork can copy it and mount it over the same lower layer.
+const overlayOptions = "index=off,metacopy=off"
 
 func (d overlayDriver) Attach(ctx context.Context, dir, lower string) error {
 	merged := d.Files(dir)
@@ -90,14 +81,11 @@ func (d overlayDriver) Attach(ctx context.Context, dir, lower string) error {
 	if _, err := os.Stat(lower); err != nil {
 		return fmt.Errorf("mounting %s: lower layer %s: %w", merged, lower, errdefs.ErrUnavailable)
 	}
-	opts, err := mountOptions(lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
-	if err != nil {
-		return err
-	}
-	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mounting overlay at %s: %w", merged, err)
-	}
-	return nil
+	// The layers are named so that the mount table, which a sandbox can
+	// read, shows "lowerdir=/,upperdir=upper,workdir=work" and no host
+	// path (SECURITY.md H45). Nothing reads the names back: the
+	// reconciler and the collector match mounts by mount point.
+	return anonmount.Overlay(lower, dir, "upper", "work", "merged", unix.MS_NOSUID|unix.MS_NODEV, overlayOptions)
 }
 
 func (d overlayDriver) Detach(ctx context.Context, dir string) error {

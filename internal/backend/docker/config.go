@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -25,8 +26,9 @@ const (
 
 // containerConfig is the container of one sandbox. workspace is the host
 // path bind-mounted at /workspace (req.Files, or a nosuid,nodev bind of it);
+// etc holds the files bound over the engine's /etc files (see etcDir);
 // mask, when set, is the file bound over gVisor's extra device nodes.
-func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, workspace, mask string) (*container.Config, *container.HostConfig) {
+func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, workspace, etc, mask string) (*container.Config, *container.HostConfig) {
 	l := spec.Limits
 	stop := int(b.stopTimeout.Seconds() + 0.999)
 	pids := l.Pids
@@ -87,6 +89,9 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 			PidsLimit:  &pids,
 		},
 	}
+	for _, f := range etcFiles {
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(etc, f.name), Target: f.target, ReadOnly: true, BindOptions: private})
+	}
 	if mask != "" {
 		for _, dev := range gvisorExtraDevices {
 			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: mask, Target: dev, ReadOnly: true, BindOptions: private})
@@ -96,6 +101,15 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 		cfg.Labels[sandbox.LabelOwner] = req.Owner
 	}
 	return cfg, host
+}
+
+// etcFiles are the files the backend binds over the engine's own /etc
+// files (see etcDir): their names in the tmpfs, and where the container
+// sees them.
+var etcFiles = []struct{ name, target string }{
+	{"hostname", "/etc/hostname"},
+	{"hosts", "/etc/hosts"},
+	{"resolv.conf", "/etc/resolv.conf"},
 }
 
 // gvisorExtraDevices are nodes that runsc puts in every sandbox's /dev

@@ -12,6 +12,19 @@
 // API version (the engine here speaks 1.41). Nothing is ever pulled: an
 // image that is not in the engine is an error.
 //
+// The engine's own /etc/hostname, /etc/hosts and /etc/resolv.conf are
+// replaced by the backend's (see etcDir), so that no file under the
+// engine's data root, and not the host's resolv.conf, is bound into a
+// sandbox. The one entry of a runc sandbox's mount table that still names
+// host paths is its root: the engine's overlay of the image's layers,
+// whose options name their directories under the engine's data root
+// (/var/lib/docker/overlay2/...). The engine offers no way around it on
+// an ext4 or xfs host: overlay2 and containerd's overlayfs snapshotter
+// name the layers' paths, vfs binds a directory whose path then shows as
+// the root, and fuse-overlayfs, which would hide them, serves every file
+// operation of the sandbox through a root daemon on the host. gVisor's
+// sandboxes show no host path at all.
+//
 // Docker cannot put nosuid,nodev on a bind mount. A workspace that already
 // sits on such a mount (the overlay workspace driver mounts so) is bound as
 // is; for any other, Create makes a nosuid,nodev bind of it under
@@ -237,13 +250,19 @@ func (b *Backend) create(ctx context.Context, req sandbox.CreateRequest, owner s
 	}
 	undo.add("releasing the workspace bind", func(context.Context) error { return release() })
 
+	etc, releaseEtc, err := b.etcDir(req.ID, req.ID)
+	if err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
+	}
+	undo.add("removing the /etc files", func(context.Context) error { return releaseEtc() })
+
 	var mask string
 	if b.runtime == RuntimeRunsc {
 		if mask, err = b.maskFile(); err != nil {
 			return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
 		}
 	}
-	cfg, host := b.containerConfig(req, spec, src, mask)
+	cfg, host := b.containerConfig(req, spec, src, etc, mask)
 	if owner != "" {
 		detach(cfg, host, owner)
 	}
@@ -265,6 +284,10 @@ func (b *Backend) create(ctx context.Context, req sandbox.CreateRequest, owner s
 	})
 	if _, err := b.c.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: starting container %s: %w", req.ID, short(id), engineErr(err))
+	}
+	// The container's mount namespace holds its copies of the /etc files.
+	if err := releaseEtc(); err != nil {
+		b.log.Warn("taking the /etc files off the host", logSandbox, req.ID, "error", err)
 	}
 	return sandbox.Info{ID: req.ID, Backend: b.name, Ref: id, State: sandbox.StateRunning, Labels: cfg.Labels}, nil
 }

@@ -308,6 +308,12 @@ func TestIsolationSettings(t *testing.T) {
 					// t.TempDir is not on a nosuid,nodev mount: the backend's
 					// own bind of it is what the sandbox gets.
 					check("workspace mount", strings.HasPrefix(m.Source, b.mountDir+"/"+req.ID+"/") && !m.ReadOnly, m)
+				case "/etc/hostname", "/etc/hosts", "/etc/resolv.conf":
+					// The backend's own, from a tmpfs that has left the
+					// host since the container started.
+					_, err := os.Lstat(m.Source)
+					check("/etc file mount", m.Source == filepath.Join(b.mountDir, req.ID, etcName, filepath.Base(m.Target)) && m.ReadOnly &&
+						errors.Is(err, os.ErrNotExist), m)
 				default:
 					// gVisor's extra device nodes, masked.
 					fi, err := os.Stat(m.Source)
@@ -315,7 +321,7 @@ func TestIsolationSettings(t *testing.T) {
 						err == nil && isMask(fi), m)
 				}
 			}
-			want := 3
+			want := 3 + len(etcFiles)
 			if b.runtime == RuntimeRunsc {
 				want += len(gvisorExtraDevices)
 			}

@@ -21,3 +21,7 @@ func (b *Backend) sweepBinds(ctx context.Context) error { return nil }
 func (b *Backend) maskFile() (string, error) {
 	return "", errdefs.Invalid("the %s backend creates sandboxes only on Linux", b.name)
 }
+
+func (b *Backend) etcDir(id, hostname string) (string, func() error, error) {
+	return "", nil, errdefs.Invalid("the %s backend creates sandboxes only on Linux", b.name)
+}

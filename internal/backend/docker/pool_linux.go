@@ -8,13 +8,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/anonmount"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
-// poolPoint makes the pool point of sandbox id (see pool.go): an empty
-// root-owned directory of mode 0555, bound onto itself and made shared in
-// a peer group of its own (Docker accepts rslave propagation only from a
-// shared or slave mount), and returns it with how to release it.
+// poolPoint makes the pool point of sandbox id (see pool.go): an empty,
+// read-only tmpfs, root-owned, of mode 0555, made shared in a peer group
+// of its own (Docker accepts rslave propagation only from a shared or
+// slave mount), and returns it with how to release it. A tmpfs rather
+// than a directory bound onto itself: the container's /workspace keeps
+// the pool point under the workspace attached on top of it, and a bind
+// would show the pool point's host path in the sandbox's mount table
+// (SECURITY.md H45).
 func (b *Backend) poolPoint(id string) (string, func() error, error) {
 	if err := sameMountNamespaceAsEngine(); err != nil {
 		return "", nil, err
@@ -36,14 +41,18 @@ func (b *Backend) poolPoint(id string) (string, func() error, error) {
 		src   string
 		flags uintptr
 	}{
-		{"binding the pool point onto itself", p, unix.MS_BIND},
+		{"mounting the pool point", anonmount.Source, unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		// Private first: out of whatever peer group the parent mount is
 		// in, so that nothing outside this sandbox shares it.
 		{"making the pool point private", "", unix.MS_PRIVATE},
 		{"making the pool point shared", "", unix.MS_SHARED},
 	}
-	for _, s := range steps {
-		if err := unix.Mount(s.src, p, "", s.flags, ""); err != nil {
+	for i, s := range steps {
+		fstype, data := "", ""
+		if i == 0 {
+			fstype, data = "tmpfs", "mode=0555,size=4k,nr_inodes=16"
+		}
+		if err := unix.Mount(s.src, p, fstype, s.flags, data); err != nil {
 			release()
 			if errors.Is(err, unix.EPERM) {
 				return "", nil, fmt.Errorf("%s %s: %w (a warm pool needs root): %w", s.what, p, err, errdefs.ErrUnavailable)

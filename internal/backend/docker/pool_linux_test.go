@@ -60,6 +60,12 @@ func TestPoolPointPropagation(t *testing.T) {
 			if err := b.Attach(t.Context(), info, ws); err == nil {
 				t.Error("a second attach succeeded")
 			}
+			// The pool point, under the workspace, shows no host path
+			// (SECURITY.md H45).
+			under, err := exec.Command("docker", "exec", name, "sh", "-c", "grep ' /workspace ' /proc/self/mountinfo | head -n 1").CombinedOutput()
+			if f := strings.Fields(string(under)); err != nil || len(f) < 5 || f[3] != "/" || strings.Contains(string(under), b.mountDir) {
+				t.Errorf("the pool point inside: %q, %v", under, err)
+			}
 			out, err = exec.Command("docker", "exec", name, "sh", "-c", "ls -A /workspace; grep ' /workspace ' /proc/self/mountinfo | tail -n 1").CombinedOutput()
 			if err != nil {
 				t.Fatalf("docker exec: %v: %s", err, out)

@@ -54,6 +54,8 @@ type Backend struct {
 	stageDir string
 	sp       *spawner
 	locks    idLocks
+	// rootWarn logs once that roots are binds (see staged.rootBound).
+	rootWarn sync.Once
 
 	mu     sync.Mutex
 	jails  map[string]*jail // started by this Backend
@@ -328,6 +330,11 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 	st, err := stage(b.stageDir, req.ID, rootfs, req.Files, req.RunDir, req.Guest, spec.Limits.TmpBytes)
 	if err != nil {
 		return fail(err)
+	}
+	if st.rootBound != nil {
+		b.rootWarn.Do(func() {
+			b.log.Warn("sandboxes will see the host path of their image's root file system in their mount table", "error", st.rootBound)
+		})
 	}
 	staged := true
 	unstageNow := func() {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/anonmount"
 	"github.com/agentbox/agentbox/internal/mountinfo"
 )
 
@@ -79,6 +80,9 @@ func unmountUnder(dir string) error {
 type staged struct {
 	dir                     string
 	root, files, run, guest string
+	// rootBound, when set, says why the root is a bind of the image's
+	// directory rather than a view of it (see stage).
+	rootBound error
 	// tmp and shm are fresh tmpfs mounts for /tmp and /dev/shm, made here
 	// rather than by bubblewrap so that they belong to root (mode 1777, as
 	// everywhere) instead of the sandbox user, and carry an inode limit.
@@ -116,6 +120,16 @@ func stage(stageDir, id, rootfs, files, run, guest string, tmpBytes int64) (st s
 		}
 		if err != nil {
 			return st, fmt.Errorf("stage %s: %w", p, err)
+		}
+		// The root is a read-only view of the image's directory rather
+		// than a bind of it, whose entry in the sandbox's mount table
+		// would show the directory's host path (SECURITY.md H45); a bind
+		// where overlayfs cannot serve.
+		if b.name == "root" {
+			if st.rootBound = anonmount.View(p, b.src); st.rootBound == nil {
+				*b.dst = p
+				continue
+			}
 		}
 		// Recursive, so that a workspace made of several mounts comes
 		// whole. Flags (ro, nosuid, nodev) are bubblewrap's business.
@@ -165,8 +179,9 @@ func (st staged) unstage() error {
 		if p == "" {
 			continue
 		}
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("unmounting %s: %w", p, err)
+		// Every mount there: a view of the root is two (anonmount.View).
+		if err := anonmount.Detach(p); err != nil {
+			return err
 		}
 	}
 	return removeStageDir(st.dir)
