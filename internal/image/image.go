@@ -301,6 +301,10 @@ type debootstrapRecipe struct {
 	Variant string   `json:"variant"`
 	Include []string `json:"include"`
 	Version int      `json:"version"`
+	// Extra are packages apt installs over the debootstrap result:
+	// debootstrap's own resolver cannot install some (npm's dependencies
+	// fail to configure in its order).
+	Extra []string `json:"extra,omitempty"`
 }
 
 // newDebootstrapRecipe is the Debian recipe with extra packages (sorted,
@@ -309,8 +313,9 @@ func newDebootstrapRecipe(extra []string) *debootstrapRecipe {
 	return &debootstrapRecipe{
 		Suite:   debianSuite,
 		Variant: debianVariant,
-		Include: append(append([]string(nil), debianInclude...), extra...),
+		Include: append([]string(nil), debianInclude...),
 		Version: recipeVersion,
+		Extra:   append([]string(nil), extra...),
 	}
 }
 
