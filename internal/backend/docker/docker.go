@@ -544,3 +544,17 @@ func (r *rollback) run(log *slog.Logger) {
 		}
 	}
 }
+
+var _ sandbox.ImageInspector = (*Backend)(nil)
+
+// ImageConfig reads an image's ENV, WORKDIR and USER from the engine.
+func (b *Backend) ImageConfig(ctx context.Context, image string) (sandbox.ImageConfig, error) {
+	res, err := b.c.ImageInspect(ctx, image)
+	if err != nil {
+		return sandbox.ImageConfig{}, fmt.Errorf("inspecting image %s: %w", image, engineErr(err))
+	}
+	if res.Config == nil {
+		return sandbox.ImageConfig{}, nil
+	}
+	return sandbox.ImageConfig{Env: res.Config.Env, WorkingDir: res.Config.WorkingDir, User: res.Config.User}, nil
+}

@@ -358,6 +358,7 @@ func startCommand(req *guest.ExecRequest, fds []int) (int, error) {
 	if env == nil {
 		env = []string{}
 	}
+	makeHome(env)
 	// The command and everything it starts are the OOM killer's first
 	// choice in the sandbox's memory cgroup, never the guest or a reaper:
 	// a memory-hungry fork bomb must not take the sandbox with it. The
@@ -505,4 +506,21 @@ func closeOnExecAbove(fd int) {
 			syscall.CloseOnExec(n)
 		}
 	}
+}
+
+// makeHome makes the command's HOME when it names a missing directory
+// under /tmp (sandbox.DefaultHome, which the daemon gives commands whose
+// image sets no HOME), owned by the sandbox user: tools write ~/.cache,
+// ~/.npm and ~/.gitconfig there. Anything else is left as it is.
+func makeHome(env []string) {
+	home := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "HOME="); ok {
+			home = v
+		}
+	}
+	if home == "" || !strings.HasPrefix(filepath.Clean(home), "/tmp/") {
+		return
+	}
+	os.MkdirAll(filepath.Clean(home), 0o700)
 }
