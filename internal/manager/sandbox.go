@@ -261,7 +261,18 @@ func (m *Manager) CreateSandbox(ctx context.Context, wsID string, spec sandbox.S
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	if spec, err = m.specFor(spec); err != nil {
+	if spec, err = m.specFor(spec); err != nil && !errors.Is(err, errdefs.ErrUnavailable) {
+		return store.Sandbox{}, err
+	}
+	// Asked for, refused or not: an exec that has to start a sandbox on this
+	// workspace uses this spec (or fails with the reason), never another
+	// backend's default. Bad input (above) changes nothing.
+	if b, merr := json.Marshal(spec); merr == nil {
+		if serr := m.st.SetWorkspaceSandboxSpec(ctx, wsID, string(b)); serr != nil {
+			return store.Sandbox{}, serr
+		}
+	}
+	if err != nil {
 		return store.Sandbox{}, err
 	}
 	l := m.lock("sb:" + wsID)
@@ -664,7 +675,20 @@ func (m *Manager) ensureSandbox(ctx context.Context, wsID string) (store.Sandbox
 		}
 		replaces = last.ID
 	}
+	// The spec last asked for on the workspace wins over the last sandbox's:
+	// after a refused create it is what the caller wants, and the exec uses it
+	// or fails with the reason.
+	asked := w.SandboxSpec != ""
+	if asked {
+		spec = sandbox.Spec{}
+		if err := json.Unmarshal([]byte(w.SandboxSpec), &spec); err != nil {
+			return store.Sandbox{}, nil, false, fmt.Errorf("workspace %s: reading the sandbox spec last asked for: %w", wsID, err)
+		}
+	}
 	if spec, err = m.specFor(spec); err != nil {
+		if asked {
+			err = fmt.Errorf("workspace %s: the sandbox asked for (backend %s, image %s) cannot start: %w", wsID, spec.Backend, spec.Image, err)
+		}
 		return store.Sandbox{}, nil, false, err
 	}
 	sb, err := m.startSandbox(ctx, w, spec, replaces)

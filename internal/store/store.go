@@ -111,6 +111,9 @@ type Workspace struct {
 	CreatedAt time.Time `json:"created_at"`
 	// UpdatedAt is when the row last changed.
 	UpdatedAt time.Time `json:"updated_at"`
+	// SandboxSpec is the sandbox spec (JSON) last asked for on the workspace, refused or
+	// not; empty when none was. A sandbox started for an exec uses it.
+	SandboxSpec string `json:"sandbox_spec,omitempty"`
 }
 
 // Sandbox is one execution environment attached to a workspace.
@@ -248,6 +251,9 @@ type Store interface {
 	// ListWorkspaces lists all workspaces, or those of one repo.
 	ListWorkspaces(ctx context.Context, repoID string) ([]Workspace, error)
 	UpdateWorkspace(ctx context.Context, w Workspace) error
+	// SetWorkspaceSandboxSpec records the sandbox spec (JSON) last asked for on a
+	// workspace; UpdateWorkspace leaves it alone.
+	SetWorkspaceSandboxSpec(ctx context.Context, id, spec string) error
 	// DeleteWorkspace fails with ErrConflict while sandbox rows reference it.
 	DeleteWorkspace(ctx context.Context, id string) error
 

@@ -288,14 +288,14 @@ func (s *Store) DeletePristine(ctx context.Context, id string) error {
 
 // --- workspaces
 
-const wsCols = `id, repo_id, COALESCE(pristine_id, ''), COALESCE(parent_id, ''), ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, disk_quota, created_at, updated_at`
+const wsCols = `id, repo_id, COALESCE(pristine_id, ''), COALESCE(parent_id, ''), ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, disk_quota, created_at, updated_at, sandbox_spec`
 
 func scanWorkspace(row interface{ Scan(...any) error }) (store.Workspace, error) {
 	var w store.Workspace
 	var dirty int
 	var c, u int64
 	err := row.Scan(&w.ID, &w.RepoID, &w.PristineID, &w.ParentID, &w.Ref, &w.BaseCommit, &w.Branch, &w.Task,
-		&w.Driver, &w.Dir, &w.State, &dirty, &w.SizeBytes, &w.DiskQuota, &c, &u)
+		&w.Driver, &w.Dir, &w.State, &dirty, &w.SizeBytes, &w.DiskQuota, &c, &u, &w.SandboxSpec)
 	w.Dirty = dirty != 0
 	w.CreatedAt, w.UpdatedAt = fromTS(c), fromTS(u)
 	return w, err
@@ -356,6 +356,10 @@ func (s *Store) UpdateWorkspace(ctx context.Context, w store.Workspace) error {
 		`UPDATE workspaces SET pristine_id=$2, parent_id=$3, ref=$4, base_commit=$5, branch=$6, task=$7, driver=$8, dir=$9, state=$10, dirty=$11, size_bytes=$12, updated_at=$13, disk_quota=$14 WHERE id=$1`,
 		w.ID, nullable(w.PristineID), nullable(w.ParentID), w.Ref, w.BaseCommit, w.Branch, w.Task, w.Driver, w.Dir, w.State,
 		boolInt(w.Dirty), w.SizeBytes, ts(w.UpdatedAt), w.DiskQuota)
+}
+
+func (s *Store) SetWorkspaceSandboxSpec(ctx context.Context, id, spec string) error {
+	return execOne(ctx, s.db, "workspace "+id, `UPDATE workspaces SET sandbox_spec=$2 WHERE id=$1`, id, spec)
 }
 
 func (s *Store) DeleteWorkspace(ctx context.Context, id string) error {
