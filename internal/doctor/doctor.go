@@ -57,7 +57,6 @@ type Probe struct {
 	Detail string `json:"detail"`
 }
 
-
 // Report is the result of Run.
 type Report struct {
 	// Checks are in a fixed order, one per check name.

@@ -126,7 +126,9 @@ func probeLocal(ctx context.Context, opts Options) (Probe, Check) {
 	var dirs []string
 	if client, base, err := dockerClient(opts.DockerHost); err == nil {
 		for _, img := range probeImages {
-			var in struct{ ID string `json:"Id"` }
+			var in struct {
+				ID string `json:"Id"`
+			}
 			if dockerGetJSON(ctx, client, base, "/images/"+url.PathEscape(img)+"/json", &in) == nil && in.ID != "" {
 				dirs = append(dirs, filepath.Join(opts.ImageCache, strings.TrimPrefix(in.ID, "sha256:"), "rootfs"))
 			}

@@ -46,7 +46,9 @@ func BuildDockerfile(ctx context.Context, opts DockerfileOptions) (Image, error)
 	if err != nil {
 		return Image{}, err
 	}
-	fail := func(err error) (Image, error) { return Image{}, fmt.Errorf("building image %s from %s: %w", name, opts.Dockerfile, err) }
+	fail := func(err error) (Image, error) {
+		return Image{}, fmt.Errorf("building image %s from %s: %w", name, opts.Dockerfile, err)
+	}
 	abs, err := filepath.Abs(opts.Dockerfile)
 	if err != nil {
 		return fail(err)
