@@ -94,18 +94,33 @@ func (c *cli) imageBuildCmd() *cobra.Command {
 func (c *cli) imageLsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
-		Short: "List agentbox images in the engine",
+		Short: "List the images in the engine and the unpacked ones, with the backends that can run each",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			imgs, err := image.List(cmd.Context())
+			cfg, err := config.Load("")
 			if err != nil {
 				return err
 			}
-			return c.emit(map[string]any{"images": withImageIDs(imgs)}, func(w io.Writer) {
+			imgs, err := image.ListRunnable(cmd.Context(), cfg.DataDir, image.DefaultCache)
+			if err != nil {
+				return err
+			}
+			return c.emit(map[string]any{"images": imgs}, func(w io.Writer) {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tKIND\tID\tSIZE\tCREATED")
+				fmt.Fprintln(tw, "NAME\tKIND\tID\tSIZE\tBACKENDS\tLOCAL")
 				for _, i := range imgs {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.Name, i.Kind, short(strings.TrimPrefix(i.ID, "sha256:")), humanBytes(i.SizeBytes), i.Created.Local().Format("2006-01-02 15:04"))
+					local := "unpacks on first use"
+					if i.LocalUnpacked {
+						local = "unpacked"
+					}
+					if why := i.Why["local"]; why != "" {
+						local = why
+					}
+					kind := string(i.Kind)
+					if kind == "" {
+						kind = "-"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", i.Name, kind, short(strings.TrimPrefix(i.ID, "sha256:")), humanBytes(i.SizeBytes), strings.Join(i.Backends, ","), local)
 				}
 				tw.Flush()
 			})

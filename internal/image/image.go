@@ -69,6 +69,10 @@ const WorkspaceDir = "/workspace"
 // without the engine.
 const ReleaseFile = "/etc/agentbox-release"
 
+// DefaultCache is where Unpack keeps images unpacked by id, shared by every data dir on
+// the machine (an id names one content, so sharing is safe).
+const DefaultCache = "/var/cache/agentbox/images"
+
 // DefaultMirror is used when the host's apt sources name no Debian mirror.
 const DefaultMirror = "http://deb.debian.org/debian"
 

@@ -21,10 +21,6 @@ import (
 	"github.com/agentbox/agentbox/internal/flock"
 )
 
-// DefaultCache is where Unpack keeps images unpacked by id, shared by every data dir on
-// the machine (an id names one content, so sharing is safe).
-const DefaultCache = "/var/cache/agentbox/images"
-
 // Config is an image's run configuration as the local backend honours it.
 type Config struct {
 	// Env is the image's ENV, "KEY=value".
