@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/agentbox/agentbox/internal/image"
 )
 
 // requireSetupEnv, when "1", says scripts/setup.sh has run on this machine, so every
@@ -51,8 +53,16 @@ func names(r Report) []string {
 // TestRunOnThisMachine runs every check for real.
 func TestRunOnThisMachine(t *testing.T) {
 	dataDir := t.TempDir()
+	// The local probe's root file system: busybox unpacked from the engine into a cache
+	// of the test's own, as the local backend does on first use.
+	cache := t.TempDir()
+	if os.Getenv(requireSetupEnv) == "1" {
+		if _, err := image.Unpack(t.Context(), "agentbox/busybox:latest", cache); err != nil {
+			t.Fatalf("unpacking busybox for the local probe: %v", err)
+		}
+	}
 	start := time.Now()
-	r := Run(t.Context(), Options{DataDir: dataDir})
+	r := Run(t.Context(), Options{DataDir: dataDir, ImageCache: cache})
 	took := time.Since(start)
 	for _, c := range r.Checks {
 		t.Logf("%-22s %-7s %s  fix=%q", c.Name, c.Status, c.Detail, c.Fix)
