@@ -20,6 +20,11 @@
 // every command); $AGENTBOX_GUEST_LANDLOCK sets the same. PORTS are the
 // TCP ports commands may connect to ($AGENTBOX_GUEST_LANDLOCK_TCP_CONNECT).
 //
+// $AGENTBOX_GUEST_COMMAND_USER (UID:GID) runs commands as that user, apart
+// from the guest's own, $AGENTBOX_GUEST_USER (UID:GID), which a guest
+// started as root becomes, keeping only the capabilities it needs to
+// start commands as the other user (see internal/guest/initd).
+//
 // --proxy ADDR ($AGENTBOX_GUEST_PROXY) makes the guest listen on that
 // loopback address and relay each connection to the daemon's egress socket,
 // where the sandbox's policy is enforced: the only way out of a sandbox.
@@ -84,10 +89,23 @@ func run() int {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	token, err := initd.TakeToken(landlock)
+	self, commands, err := users()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentbox-guest: %v\n", err)
+		return 2
+	}
+	token, err := initd.TakeToken(landlock, commands)
 	if err != nil {
 		log.Error("guest failed", "error", err)
 		return 2
+	}
+	if commands != nil {
+		// After TakeToken: a guest started as root re-executes itself
+		// there, and would lose what it keeps here.
+		if err := initd.BecomeGuest(*self); err != nil {
+			log.Error("guest failed: it cannot become its own user", "user", self.String(), "error", err)
+			return 2
+		}
 	}
 	var egress *initd.Egress
 	if *proxy != "" {
@@ -100,12 +118,44 @@ func run() int {
 		Logger:     log,
 		Landlock:   landlock,
 		Egress:     egress,
+		Commands:   commands,
 	})
 	if err != nil {
 		log.Error("guest failed", "error", err)
 		return 1
 	}
 	return 0
+}
+
+// users reads the guest's own user and its commands' from the
+// environment. Without $AGENTBOX_GUEST_COMMAND_USER commands run as the
+// guest; with it, the guest is $AGENTBOX_GUEST_USER, or the user it was
+// started as.
+func users() (self, commands *initd.User, err error) {
+	// Kept in the environment: a guest that re-executes itself (see
+	// initd.TakeToken) reads them again.
+	v := os.Getenv(guest.CommandUserEnv)
+	sv := os.Getenv(guest.UserEnv)
+	if v == "" {
+		if sv != "" {
+			return nil, nil, fmt.Errorf("$%s without $%s", guest.UserEnv, guest.CommandUserEnv)
+		}
+		return nil, nil, nil
+	}
+	c, err := initd.ParseUser(v)
+	if err != nil {
+		return nil, nil, fmt.Errorf("$%s: %w", guest.CommandUserEnv, err)
+	}
+	s := initd.User{UID: os.Getuid(), GID: os.Getgid()}
+	if sv != "" {
+		if s, err = initd.ParseUser(sv); err != nil {
+			return nil, nil, fmt.Errorf("$%s: %w", guest.UserEnv, err)
+		}
+	}
+	if s.UID == 0 || s.UID == c.UID {
+		return nil, nil, fmt.Errorf("the guest's user %s must be neither root nor the commands' user %s", s, c)
+	}
+	return &s, &c, nil
 }
 
 func envOr(key, def string) string {

@@ -61,6 +61,12 @@ type Config struct {
 	// as inside sandboxes. -1 keeps the daemon's own user.
 	SandboxUID int `json:"sandbox_uid"`
 	SandboxGID int `json:"sandbox_gid"`
+	// GuestUID and GuestGID are the guest's own user inside sandboxes,
+	// apart from the sandbox user, so that commands cannot reach its
+	// control channel (SECURITY.md H44); 0 is agentbox's default
+	// (manager.DefaultGuestUID), -1 runs the guest as the sandbox user.
+	GuestUID int `json:"guest_uid"`
+	GuestGID int `json:"guest_gid"`
 	// GitTimeout bounds host-side git work on one workspace (diff, commit).
 	GitTimeout Duration `json:"git_timeout"`
 	// MaxDiffBytes caps the size of a diff.
@@ -240,6 +246,12 @@ func (c *Config) Validate() error {
 	}
 	if (c.SandboxUID < 0) != (c.SandboxGID < 0) {
 		probs = append(probs, "sandbox_uid and sandbox_gid must both be set or both be -1")
+	}
+	switch {
+	case (c.GuestUID < 0) != (c.GuestGID < 0) || (c.GuestUID == 0) != (c.GuestGID == 0):
+		probs = append(probs, "guest_uid and guest_gid must both be set, both be 0 (the default) or both be -1")
+	case c.GuestUID > 0 && c.GuestUID == c.SandboxUID:
+		probs = append(probs, "guest_uid must not be sandbox_uid: the guest's user is its own")
 	}
 	if c.GitTimeout.Duration <= 0 {
 		probs = append(probs, "git_timeout must be positive")

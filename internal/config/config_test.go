@@ -44,6 +44,8 @@ func TestValidate(t *testing.T) {
 		"bad listen":        func(c *Config) { c.Listen = "127.0.0.1:7000" },
 		"bad driver":        func(c *Config) { c.WorkspaceDriver = "zfs" },
 		"half uid":          func(c *Config) { c.SandboxUID = -1; c.SandboxGID = 5 },
+		"half guest uid":    func(c *Config) { c.GuestUID = 65000 },
+		"guest is sandbox":  func(c *Config) { c.SandboxUID, c.SandboxGID, c.GuestUID, c.GuestGID = 1000, 1000, 1000, 1001 },
 		"bad author":        func(c *Config) { c.AuthorEmail = "<x>" },
 		"long data dir":     func(c *Config) { c.DataDir = "/" + strings.Repeat("d", 120) },
 		"bad log level":     func(c *Config) { c.LogLevel = "loud" },

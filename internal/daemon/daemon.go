@@ -93,6 +93,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	}
 	m, err := manager.New(ctx, st, manager.Config{
 		DataDir: cfg.DataDir, Driver: cfg.WorkspaceDriver, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
+		GuestUID: cfg.GuestUID, GuestGID: cfg.GuestGID,
 		Author:     workspace.Author{Name: cfg.AuthorName, Email: cfg.AuthorEmail},
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log, DiskQuota: int64(cfg.WorkspaceDiskQuota),
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,

@@ -13,6 +13,10 @@ import (
 	"time"
 )
 
+// errSecondHello is a hello on a connection that is past its handshake:
+// whatever sent it, the connection is not trusted any more.
+var errSecondHello = fmt.Errorf("%w: a second hello on the guest's connection", ErrProtocol)
+
 // GuestInfo is what a guest says about itself when it connects.
 type GuestInfo struct {
 	Version string
@@ -31,6 +35,8 @@ type Conn struct {
 	log       *slog.Logger
 	info      GuestInfo
 	keepAlive time.Duration
+	// refuse reports a second hello on this connection (see Listener).
+	refuse func(net.Conn, string)
 
 	// openMu keeps FrameOpen frames in stream id order: the guest refuses
 	// an id that is not above every id before it.
@@ -49,7 +55,7 @@ type Conn struct {
 	lastRecv atomic.Int64 // unix nanoseconds of the last frame received
 }
 
-func newConn(nc net.Conn, br *bufio.Reader, w *FrameWriter, info GuestInfo, opts ListenOptions) *Conn {
+func newConn(nc net.Conn, br *bufio.Reader, w *FrameWriter, info GuestInfo, opts ListenOptions, refuse func(net.Conn, string)) *Conn {
 	c := &Conn{
 		nc:        nc,
 		br:        br,
@@ -57,6 +63,7 @@ func newConn(nc net.Conn, br *bufio.Reader, w *FrameWriter, info GuestInfo, opts
 		log:       opts.Logger,
 		info:      info,
 		keepAlive: opts.KeepAlive,
+		refuse:    refuse,
 		streams:   make(map[uint32]*Process),
 		pings:     make(map[uint64]chan struct{}),
 		done:      make(chan struct{}),
@@ -171,6 +178,9 @@ func (c *Conn) readLoop() {
 		c.lastRecv.Store(time.Now().UnixNano())
 		if err := c.dispatch(f); err != nil {
 			c.w.WriteFrame(FrameError, 0, EncodeError(ErrKindProtocol, err.Error()))
+			if errors.Is(err, errSecondHello) && c.refuse != nil {
+				c.refuse(c.nc, err.Error())
+			}
 			c.fail(err)
 			return
 		}
@@ -203,6 +213,8 @@ func (c *Conn) dispatch(f Frame) error {
 			return fmt.Errorf("guest reported: %s", msg)
 		}
 	case FrameStdout, FrameStderr, FrameStarted, FrameExit, FrameWindow:
+	case FrameHello:
+		return errSecondHello
 	default:
 		return fmt.Errorf("%w: unexpected %s frame from guest", ErrProtocol, f.Type)
 	}

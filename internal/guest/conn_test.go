@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -113,6 +116,178 @@ func TestListenerRefusesBadGuests(t *testing.T) {
 	}
 	if _, err := Listen(filepath.Join(shortDir(t), "s"), "short", ListenOptions{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("short token: %v", err)
+	}
+}
+
+// refusals collects what a Listener reports through OnRefused.
+type refusals struct {
+	mu  sync.Mutex
+	got []Refusal
+}
+
+func (r *refusals) add(x Refusal) {
+	r.mu.Lock()
+	r.got = append(r.got, x)
+	r.mu.Unlock()
+}
+
+// wait returns the reasons of the first n refusals, or fails.
+func (r *refusals) wait(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		got := append([]Refusal(nil), r.got...)
+		r.mu.Unlock()
+		if len(got) >= n {
+			var reasons []string
+			for _, x := range got {
+				reasons = append(reasons, x.Reason)
+			}
+			return reasons
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d refusals reported, want %d: %+v", len(got), n, got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestListenerReportsRefusals checks that every connection that is not the
+// guest's first is refused, logged and reported (SECURITY.md H44), with
+// the peer's credentials.
+func TestListenerReportsRefusals(t *testing.T) {
+	t.Parallel()
+	var rep refusals
+	var log syncBuffer
+	opts := ListenOptions{HandshakeTimeout: 300 * time.Millisecond, OnRefused: rep.add,
+		Logger: slog.New(slog.NewJSONHandler(&log, nil))}
+	token, _ := NewToken()
+	path := filepath.Join(shortDir(t), "agentbox.sock")
+	ln, err := Listen(path, token, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	steps := []struct {
+		what   string
+		do     func(t *testing.T)
+		reason string
+	}{
+		{"silent", func(t *testing.T) {
+			c, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+		}, "no hello"},
+		{"not a hello", func(t *testing.T) {
+			c, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.Write(AppendFrame(nil, FramePing, 0, make([]byte, 8)))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.Read(make([]byte, 1))
+		}, "first frame is ping"},
+		{"wrong token", func(t *testing.T) {
+			if _, f := dialFake(t, path, token[:len(token)-1]+"x"); f.Type != FrameError {
+				t.Errorf("answered %s, want error", f.Type)
+			}
+		}, "wrong token"},
+		{"the guest", func(t *testing.T) {
+			if _, f := dialFake(t, path, token); f.Type != FrameHelloOK {
+				t.Fatalf("answered %s, want hello-ok", f.Type)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			c, err := ln.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+		}, ""},
+		{"a second connection with the token", func(t *testing.T) {
+			if _, f := dialFake(t, path, token); f.Type != FrameError {
+				t.Errorf("answered %s, want error", f.Type)
+			} else if kind, _, _ := DecodeError(f.Payload); kind != ErrKindAuth {
+				t.Errorf("error kind %d, want auth", kind)
+			}
+		}, "second hello"},
+	}
+	n := 0
+	for _, st := range steps {
+		st.do(t)
+		if st.reason == "" {
+			continue
+		}
+		n++
+		reasons := rep.wait(t, n)
+		if !strings.Contains(reasons[n-1], st.reason) {
+			t.Errorf("%s: refused for %q, want %q", st.what, reasons[n-1], st.reason)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if c, err := ln.Accept(ctx); err == nil {
+		t.Errorf("a second connection was accepted: %+v", c.Info())
+	}
+	rep.mu.Lock()
+	for _, r := range rep.got {
+		if r.PeerPID != os.Getpid() || r.PeerUID != os.Getuid() {
+			t.Errorf("refusal %q: peer %d/%d, want this process %d/%d", r.Reason, r.PeerPID, r.PeerUID, os.Getpid(), os.Getuid())
+		}
+	}
+	rep.mu.Unlock()
+	if got := strings.Count(log.String(), `"msg":"guest connection refused"`); got != n {
+		t.Errorf("%d refusals logged, want %d:\n%s", got, n, log.String())
+	}
+}
+
+// TestSecondHelloEndsTheConnection checks that a hello on a connection past
+// its handshake is refused and ends it.
+func TestSecondHelloEndsTheConnection(t *testing.T) {
+	t.Parallel()
+	var rep refusals
+	c, g := connected(t, ListenOptions{OnRefused: rep.add})
+	h := Hello{Version: ProtocolVersion, Token: []byte("x"), GuestVersion: "fake", Pid: 4242}
+	g.send(t, FrameHello, 0, h.Encode())
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection survived a second hello")
+	}
+	if !errors.Is(c.Err(), ErrProtocol) {
+		t.Errorf("ended with %v, want ErrProtocol", c.Err())
+	}
+	if r := rep.wait(t, 1); !strings.Contains(r[0], "second hello") {
+		t.Errorf("refused for %q", r[0])
+	}
+}
+
+// TestListenerOwner checks the socket's owner and mode when the guest has
+// a user of its own.
+func TestListenerOwner(t *testing.T) {
+	t.Parallel()
+	token, _ := NewToken()
+	for _, tt := range []struct {
+		owner *Owner
+		mode  os.FileMode
+	}{{nil, 0o666}, {&Owner{UID: os.Getuid(), GID: os.Getgid()}, 0o600}} {
+		path := filepath.Join(shortDir(t), "agentbox.sock")
+		ln, err := Listen(path, token, ListenOptions{Owner: tt.owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != tt.mode {
+			t.Errorf("owner %+v: mode %v, want %v", tt.owner, fi.Mode().Perm(), tt.mode)
+		}
+		ln.Close()
 	}
 }
 

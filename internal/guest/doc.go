@@ -12,6 +12,47 @@
 // client. The guest's first frame carries a per-sandbox token, which the
 // daemon compares in constant time; nothing the guest sends is trusted.
 //
+// # Who can reach the guest
+//
+// Commands are the code nobody has read; the guest holds the sandbox's
+// control channel. So the guest runs as a user of its own, apart from the
+// sandbox user its commands run as (SECURITY.md H44): the daemon makes the
+// per-sandbox run directory that user's (mode 0711) and the control and
+// egress sockets in it that user's alone (mode 0600); the guest keeps
+// only CAP_SETUID, CAP_SETGID and CAP_KILL, to start each reaper as the
+// sandbox user (which then executes with no capability and an empty
+// bounding set) and to signal what it started. A backend starts it either
+// as root with those capabilities (docker, gvisor: an OCI runtime grants
+// a non-root user none) or with them ambient (bubblewrap), and the guest
+// drops the rest before anything else runs (initd.BecomeGuest).
+//
+// A separate user, rather than hiding the socket's path, because:
+//   - the path must stay usable by the guest: gVisor lets a sandbox reach
+//     a host socket only by connecting to its path (--host-uds=open), the
+//     guest dials the control socket again when its connection drops, and
+//     it dials the egress socket once per proxied connection. Holding a
+//     descriptor of the directory while unmounting the path would need
+//     CAP_SYS_ADMIN, and a descriptor of a host directory leads out of the
+//     sandbox through "..". File permissions are checked by the kernel
+//     under runc and bubblewrap and by gVisor's sentry alike;
+//   - the same boundary covers the guest's process: signalling another
+//     user's process takes CAP_KILL, however the target is named (a pidfd
+//     made by opening /proc/PID escapes any pid-based seccomp rule), and
+//     its /proc files, descriptors and memory take the same user and a
+//     dumpable process, or CAP_SYS_PTRACE.
+//
+// What stays: gVisor lists /proc/PID/fdinfo of any process to any other,
+// whatever their users, and before release-20251215.0 it serves environ,
+// auxv, maps and smaps and lists the fd directory too (none of those
+// descriptors opens, and the guest's environment holds no token: see
+// initd.TakeToken). Reapers run as the sandbox user, so a command can
+// signal or stop its own reaper, which the guest then replaces or kills.
+//
+// Anything else that connects to the control socket (no hello, a wrong
+// token, a second connection once the guest's is up, a second hello on
+// it) is refused, logged and reported (ListenOptions.OnRefused): the
+// daemon records it as a guest.refused event of the sandbox.
+//
 // # Frames
 //
 // One connection carries any number of concurrent commands, each on its own

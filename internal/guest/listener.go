@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +32,12 @@ const (
 	TokenFDEnv = "AGENTBOX_GUEST_TOKEN_FD"
 	// SocketEnv overrides DefaultSocketPath for the guest.
 	SocketEnv = "AGENTBOX_GUEST_SOCKET"
+	// CommandUserEnv, when set ("UID:GID"), is the user the guest runs
+	// commands as, apart from its own: see the package comment.
+	CommandUserEnv = "AGENTBOX_GUEST_COMMAND_USER"
+	// UserEnv ("UID:GID") is the guest's own user, which a guest started
+	// as root becomes; one started as another user must already be it.
+	UserEnv = "AGENTBOX_GUEST_USER"
 	// DefaultEgressSocketPath is where the daemon serves a sandbox's
 	// egress proxy, when its policy lets it reach anything.
 	DefaultEgressSocketPath = "/run/agentbox/egress.sock"
@@ -59,6 +66,11 @@ const (
 	// maxPendingHandshakes bounds connections that have not authenticated
 	// yet, so that processes in the sandbox cannot exhaust the daemon.
 	maxPendingHandshakes = 8
+	// maxRefusalReports bounds the refused connections one Listener logs
+	// and reports: a guest that lost its connection dials again every
+	// second, and a hostile process may dial in a loop. Later ones are
+	// counted, and the count is logged when the Listener closes.
+	maxRefusalReports = 32
 )
 
 // NewToken returns a fresh random token for one sandbox.
@@ -82,6 +94,29 @@ type ListenOptions struct {
 	KeepAlive time.Duration
 	// WriteTimeout bounds each frame write (default 10s).
 	WriteTimeout time.Duration
+	// Owner, when set, owns the socket, which is then mode 0600: only
+	// the guest's own user may connect, not the commands it runs as
+	// another user (see the package comment). Unset, the socket is mode
+	// 0666, and the directory that holds it must keep others out.
+	Owner *Owner
+	// OnRefused, when set, is told of every connection the Listener
+	// refuses (up to a bound): anything on the socket that is not the
+	// sandbox's guest connecting once. The Listener logs them as well.
+	OnRefused func(Refusal)
+}
+
+// Owner is a uid and gid.
+type Owner struct{ UID, GID int }
+
+// Refusal is a connection to a guest socket that was not the guest's.
+type Refusal struct {
+	// Reason says what was wrong: no hello, a wrong token, a second
+	// connection after the guest's, a second hello on it, ...
+	Reason string
+	// PeerPID and PeerUID are the connecting process as the kernel saw
+	// it (SO_PEERCRED), -1 when unknown. Under gVisor the peer is the
+	// sandbox's runtime, not the process inside.
+	PeerPID, PeerUID int
 }
 
 func (o *ListenOptions) setDefaults() {
@@ -111,6 +146,13 @@ type Listener struct {
 	conns chan *Conn
 	sem   chan struct{}
 
+	// guest is set once a connection has authenticated: a Listener
+	// serves one guest connection in its life, and refuses every later
+	// one, whatever its token.
+	guest atomic.Bool
+	// refusals counts the refused connections.
+	refusals atomic.Int64
+
 	closeOnce sync.Once
 	closed    chan struct{}
 	wg        sync.WaitGroup
@@ -138,7 +180,17 @@ func Listen(path string, token string, opts ListenOptions) (*Listener, error) {
 		return nil, fmt.Errorf("guest socket %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o666); err != nil {
+	// A new socket is at most 0755 under any umask: connectable by its
+	// creator alone until it has its owner and mode.
+	mode := os.FileMode(0o666)
+	if o := opts.Owner; o != nil {
+		mode = 0o600
+		err = os.Chown(path, o.UID, o.GID)
+	}
+	if err == nil {
+		err = os.Chmod(path, mode)
+	}
+	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("guest socket %s: %w", path, err)
 	}
@@ -179,6 +231,9 @@ func (l *Listener) Close() error {
 		close(l.closed)
 		err = l.ln.Close()
 		l.wg.Wait()
+		if n := l.refusals.Load(); n > maxRefusalReports {
+			l.opts.Logger.Warn("guest connections refused and not reported one by one", "socket", l.path, "count", n-maxRefusalReports, "refused", n)
+		}
 	})
 	return err
 }
@@ -203,7 +258,7 @@ func (l *Listener) acceptLoop() {
 		select {
 		case l.sem <- struct{}{}:
 		default:
-			l.opts.Logger.Warn("too many unauthenticated guest connections; dropping one", "socket", l.path)
+			l.refuse(nc, fmt.Sprintf("more than %d connections without a hello", maxPendingHandshakes))
 			nc.Close()
 			continue
 		}
@@ -213,7 +268,7 @@ func (l *Listener) acceptLoop() {
 			c, err := l.handshake(nc)
 			<-l.sem
 			if err != nil {
-				l.opts.Logger.Warn("guest handshake failed", "socket", l.path, "error", err)
+				l.refuse(nc, err.Error())
 				nc.Close()
 				return
 			}
@@ -233,7 +288,7 @@ func (l *Listener) handshake(nc *net.UnixConn) (*Conn, error) {
 	br := bufio.NewReaderSize(nc, 64<<10)
 	f, err := ReadFrame(br)
 	if err != nil {
-		return nil, fmt.Errorf("reading hello: %w", err)
+		return nil, fmt.Errorf("no hello: %w", err)
 	}
 	if f.Type != FrameHello {
 		return nil, fmt.Errorf("%w: first frame is %s, want hello", ErrProtocol, f.Type)
@@ -245,12 +300,18 @@ func (l *Listener) handshake(nc *net.UnixConn) (*Conn, error) {
 	w := NewFrameWriter(nc, l.opts.WriteTimeout)
 	if subtle.ConstantTimeCompare(h.Token, l.token) != 1 {
 		w.WriteFrame(FrameError, 0, EncodeError(ErrKindAuth, "token refused"))
-		return nil, errors.New("guest presented a wrong token")
+		return nil, errors.New("hello with a wrong token")
 	}
 	if h.Version != ProtocolVersion {
 		msg := fmt.Sprintf("protocol version %d not supported (want %d)", h.Version, ProtocolVersion)
 		w.WriteFrame(FrameError, 0, EncodeError(ErrKindProtocol, msg))
 		return nil, errors.New(msg)
+	}
+	// The guest connects once; whoever comes second, even with the
+	// token, is not it.
+	if !l.guest.CompareAndSwap(false, true) {
+		w.WriteFrame(FrameError, 0, EncodeError(ErrKindAuth, "the guest is connected already"))
+		return nil, errors.New("a second hello: the guest is connected already")
 	}
 	if err := w.WriteFrame(FrameHelloOK, 0, []byte{byte(ProtocolVersion >> 8), byte(ProtocolVersion)}); err != nil {
 		return nil, fmt.Errorf("answering hello: %w", err)
@@ -264,5 +325,24 @@ func (l *Listener) handshake(nc *net.UnixConn) (*Conn, error) {
 		level = slog.LevelWarn
 	}
 	l.opts.Logger.Log(context.Background(), level, "guest connected", "socket", l.path, "guest_version", info.Version, "guest_pid", info.Pid, "landlock", info.Landlock.String())
-	return newConn(nc, br, w, info, l.opts), nil
+	return newConn(nc, br, w, info, l.opts, l.refuse), nil
+}
+
+// refuse logs and reports a refused connection nc.
+func (l *Listener) refuse(nc net.Conn, reason string) {
+	n := l.refusals.Add(1)
+	if n > maxRefusalReports {
+		return
+	}
+	r := Refusal{Reason: reason, PeerPID: -1, PeerUID: -1}
+	if uc, ok := nc.(*net.UnixConn); ok {
+		r.PeerPID, r.PeerUID = peerCred(uc)
+	}
+	l.opts.Logger.Warn("guest connection refused", "socket", l.path, "reason", reason, "peer_pid", r.PeerPID, "peer_uid", r.PeerUID)
+	if n == maxRefusalReports {
+		l.opts.Logger.Warn("further refused guest connections are counted, not reported", "socket", l.path)
+	}
+	if l.opts.OnRefused != nil {
+		l.opts.OnRefused(r)
+	}
 }

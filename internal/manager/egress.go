@@ -52,7 +52,8 @@ type EgressDecision struct {
 // is one proxy client of that sandbox, checked against that sandbox's
 // allowlist. Which sandbox a connection belongs to is known by the socket
 // it came in on, which only that sandbox can reach: there is no token to
-// steal or forge, and a process that dials the socket itself instead of
+// steal or forge. Only the guest can dial it when it has a user of its
+// own; where it has not, a process that dials the socket itself instead of
 // the guest's proxy address meets the same checks.
 type egressServer struct {
 	ln     net.Listener
@@ -70,12 +71,17 @@ func (m *Manager) serveEgress(sb store.Sandbox, runDir string, allow Allowlist) 
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: egress socket: %w", sb.ID, err)
 	}
-	// The guest, the sandbox user, must be able to connect; nobody else.
+	// The guest must be able to connect; nobody else. With a user of its
+	// own, commands cannot either: they reach the proxy through the
+	// guest's relay only.
 	if m.cfg.Egress == nil {
 		ln.Close()
 		return nil, fmt.Errorf("sandbox %s: its policy allows network, but this daemon has no egress proxy: %w", sb.ID, errdefs.ErrUnavailable)
 	}
-	if err := os.Chmod(path, 0o600); err == nil && m.cfg.UID >= 0 {
+	err = os.Chmod(path, 0o600)
+	if o := m.socketOwner(); err == nil && o != nil {
+		err = os.Chown(path, o.UID, o.GID)
+	} else if err == nil && m.cfg.UID >= 0 {
 		err = os.Chown(path, m.cfg.UID, m.cfg.GID)
 	}
 	if err != nil {

@@ -37,6 +37,14 @@ const (
 	KeyRepo      = "repo_id"
 )
 
+// DefaultGuestUID and DefaultGuestGID are the guest's own user unless the
+// configuration names one: a uid no distribution hands out and no image
+// uses, just below nobody (65534).
+const (
+	DefaultGuestUID = 65533
+	DefaultGuestGID = 65533
+)
+
 // Config configures a Manager.
 type Config struct {
 	// DataDir holds repos/, pristine/, workspaces/, locks/.
@@ -46,6 +54,12 @@ type Config struct {
 	// UID and GID own workspace files (the sandbox user); -1 leaves them
 	// to the daemon's user.
 	UID, GID int
+	// GuestUID and GuestGID are the guest's own user, apart from UID/GID
+	// (SECURITY.md H44): each sandbox's run directory and the daemon's
+	// sockets in it belong to it, and commands can reach neither those
+	// nor the guest's process. 0 (with UID set): DefaultGuestUID and
+	// DefaultGuestGID; -1: none, the guest runs as the sandbox user.
+	GuestUID, GuestGID int
 	// Author signs commits made through the API unless the caller names one.
 	Author workspace.Author
 	// GitTimeout bounds host-side git operations on one workspace.
@@ -177,6 +191,17 @@ type Manager struct {
 func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.UID < 0 || cfg.GuestUID < 0 && cfg.GuestGID < 0:
+		// Without a sandbox user the daemon cannot hand a guest user
+		// anything either.
+		cfg.GuestUID, cfg.GuestGID = 0, 0
+	case cfg.GuestUID == 0 && cfg.GuestGID == 0:
+		cfg.GuestUID, cfg.GuestGID = DefaultGuestUID, DefaultGuestGID
+	}
+	if err := (sandbox.CreateRequest{UID: cfg.UID, GuestUID: cfg.GuestUID, GuestGID: cfg.GuestGID}).CheckGuestUser(); err != nil {
+		return nil, err
 	}
 	if cfg.Author.Name == "" {
 		cfg.Author = workspace.Author{Name: "agentbox", Email: "agentbox@localhost"}

@@ -439,14 +439,12 @@ func (p *warmPool) start(c *poolClass) (_ *pooledEnv, err error) {
 		return nil, fmt.Errorf("pooled sandbox %s: %w", e.id, err)
 	}
 	undo.add(func() { os.RemoveAll(e.dir) })
-	if m.cfg.UID >= 0 {
-		if err := os.Chown(runDir, m.cfg.UID, m.cfg.GID); err != nil {
-			return nil, fmt.Errorf("pooled sandbox %s: %w", e.id, err)
-		}
+	if err := m.ownRunDir(runDir); err != nil {
+		return nil, fmt.Errorf("pooled sandbox %s: %w", e.id, err)
 	}
 	hid := m.hideHostPaths(p.ctx, e.dir, runDir)
 	undo.add(hid.detach)
-	if e.ln, err = guest.Listen(filepath.Join(runDir, "agentbox.sock"), token, guest.ListenOptions{Logger: m.log.With(KeySandbox, e.id)}); err != nil {
+	if e.ln, err = guest.Listen(filepath.Join(runDir, "agentbox.sock"), token, m.listenOptions(e.id, "")); err != nil {
 		return nil, fmt.Errorf("pooled sandbox %s: %w", e.id, err)
 	}
 	undo.add(func() { e.ln.Close() })
@@ -456,7 +454,7 @@ func (p *warmPool) start(c *poolClass) (_ *pooledEnv, err error) {
 	defer ccancel()
 	e.info, err = c.at.CreateDetached(cctx, sandbox.CreateRequest{
 		ID: e.id, RunDir: runDir, Guest: hid.guest, GuestEnv: []string{guest.TokenEnv + "=" + token},
-		UID: m.cfg.UID, GID: m.cfg.GID, Spec: c.spec, Owner: m.owner(),
+		UID: m.cfg.UID, GID: m.cfg.GID, GuestUID: m.cfg.GuestUID, GuestGID: m.cfg.GuestGID, Spec: c.spec, Owner: m.owner(),
 	}, p.owner)
 	if err != nil {
 		return nil, fmt.Errorf("pooled sandbox %s on %s: %w", e.id, c.spec.Backend, err)

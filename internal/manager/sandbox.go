@@ -69,8 +69,11 @@ func (l *live) close() {
 	if l.expiry != nil {
 		l.expiry.Stop()
 	}
-	l.conn.Close()
+	// The listener first: a guest whose connection drops dials again at
+	// once, and would be refused, as a second hello, by a listener still
+	// open.
 	l.ln.Close()
+	l.conn.Close()
 	l.egress.close()
 }
 
@@ -355,18 +358,15 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 		return sb, fmt.Errorf("sandbox %s: %w", sb.ID, err)
 	}
 	undo.add(func() { os.RemoveAll(dir) })
-	// The guest runs as the sandbox user: it must reach the socket.
-	if m.cfg.UID >= 0 {
-		if err := os.Chown(runDir, m.cfg.UID, m.cfg.GID); err != nil {
-			return sb, err
-		}
+	if err := m.ownRunDir(runDir); err != nil {
+		return sb, fmt.Errorf("sandbox %s: %w", sb.ID, err)
 	}
 	hid := m.hideHostPaths(ctx, dir, runDir)
 	undo.add(hid.detach)
 	if err := m.step("sandbox-listen"); err != nil {
 		return sb, err
 	}
-	ln, err := guest.Listen(filepath.Join(runDir, "agentbox.sock"), token, guest.ListenOptions{Logger: m.log.With(KeySandbox, sb.ID)})
+	ln, err := guest.Listen(filepath.Join(runDir, "agentbox.sock"), token, m.listenOptions(sb.ID, w.ID))
 	if err != nil {
 		return sb, fmt.Errorf("sandbox %s: %w", sb.ID, err)
 	}
@@ -400,7 +400,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	info, err := be.Create(ctx, sandbox.CreateRequest{
 		ID: sb.ID, WorkspaceID: w.ID, Files: m.FilesPath(w), RunDir: runDir,
 		Guest: hid.guest, GuestEnv: guestEnv,
-		UID: m.cfg.UID, GID: m.cfg.GID, Spec: spec, Owner: m.owner(),
+		UID: m.cfg.UID, GID: m.cfg.GID, GuestUID: m.cfg.GuestUID, GuestGID: m.cfg.GuestGID, Spec: spec, Owner: m.owner(),
 	})
 	if err != nil {
 		return sb, fmt.Errorf("creating sandbox %s on %s: %w", sb.ID, spec.Backend, err)
@@ -442,6 +442,48 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	m.liveMu.Unlock()
 	m.log.InfoContext(ctx, "sandbox created", KeySandbox, sb.ID, KeyWorkspace, w.ID, "backend", spec.Backend)
 	return sb, nil
+}
+
+// ownRunDir gives a sandbox's run directory to the user who must reach
+// the daemon's sockets in it. With a guest user of its own, that user owns
+// it, mode 0711: commands, which run as the sandbox user, can neither list
+// it nor connect to the sockets in it (mode 0600, the guest's), yet can
+// read the CA bundle there by its name. Without, the sandbox user owns
+// it, as the guest runs as that user.
+func (m *Manager) ownRunDir(dir string) error {
+	switch {
+	case m.cfg.GuestUID > 0:
+		if err := os.Chown(dir, m.cfg.GuestUID, m.cfg.GuestGID); err != nil {
+			return err
+		}
+		return os.Chmod(dir, 0o711)
+	case m.cfg.UID >= 0:
+		return os.Chown(dir, m.cfg.UID, m.cfg.GID)
+	}
+	return nil
+}
+
+// socketOwner owns the daemon's sockets in a run directory: the guest's
+// own user, or nil when the guest has none.
+func (m *Manager) socketOwner() *guest.Owner {
+	if m.cfg.GuestUID > 0 {
+		return &guest.Owner{UID: m.cfg.GuestUID, GID: m.cfg.GuestGID}
+	}
+	return nil
+}
+
+// listenOptions are those of the guest socket of sandbox id (of workspace
+// wsID, empty for a pooled one): a connection the socket refuses, which
+// is not the guest's, is an event in the log (SECURITY.md H44).
+func (m *Manager) listenOptions(id, wsID string) guest.ListenOptions {
+	return guest.ListenOptions{
+		Logger: m.log.With(KeySandbox, id),
+		Owner:  m.socketOwner(),
+		OnRefused: func(r guest.Refusal) {
+			m.event(context.Background(), store.Event{Actor: "sandbox", Type: "guest.refused", WorkspaceID: wsID, SandboxID: id},
+				map[string]any{"reason": r.Reason, "peer_pid": r.PeerPID, "peer_uid": r.PeerUID})
+		},
+	}
 }
 
 // GetSandbox returns a sandbox record.

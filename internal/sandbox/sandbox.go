@@ -165,8 +165,17 @@ type CreateRequest struct {
 	// token (guest.TokenEnv). Nothing else of the daemon's environment may
 	// reach the sandbox.
 	GuestEnv []string
-	// UID and GID are the non-root user everything inside runs as.
+	// UID and GID are the non-root user commands run as: everything
+	// inside but the guest, when GuestUID is set.
 	UID, GID int
+	// GuestUID and GuestGID, when GuestUID is not 0, are the guest's own
+	// non-root user, apart from UID (SECURITY.md H44). RunDir and the
+	// daemon's sockets in it belong to that user, and the backend starts
+	// the guest with the capabilities to become it and to start commands
+	// as UID/GID (see package guest); commands keep none, and can neither
+	// connect to those sockets nor reach into the guest's process. 0: the
+	// guest runs as UID/GID, like its commands.
+	GuestUID, GuestGID int
 	// Spec is the image and limits.
 	Spec Spec
 	// Owner, when set, is put on the environment as LabelOwner.
@@ -240,6 +249,34 @@ const DefaultHome = "/tmp/home"
 type Pauser interface {
 	Pause(ctx context.Context, ref string) error
 	Resume(ctx context.Context, ref string) error
+}
+
+// CheckGuestUser checks GuestUID and GuestGID of req: unset, or a
+// non-root user that is not the commands'.
+func (r CreateRequest) CheckGuestUser() error {
+	switch {
+	case r.GuestUID == 0 && r.GuestGID == 0:
+		return nil
+	case r.GuestUID <= 0 || r.GuestGID <= 0 || r.GuestUID > 1<<31-2 || r.GuestGID > 1<<31-2:
+		return errdefs.Invalid("guest uid:gid %d:%d: the guest runs as a non-root user and group", r.GuestUID, r.GuestGID)
+	case r.GuestUID == r.UID:
+		return errdefs.Invalid("guest uid %d is the commands' uid: the guest's user must be its own", r.GuestUID)
+	}
+	return nil
+}
+
+// GuestEnvUsers are the guest's environment entries that tell it its own
+// user and its commands' (guest.UserEnv, guest.CommandUserEnv), when
+// GuestUID is set. They are named here, not taken from package guest,
+// which this package does not import.
+func (r CreateRequest) GuestEnvUsers() []string {
+	if r.GuestUID == 0 {
+		return nil
+	}
+	return []string{
+		fmt.Sprintf("AGENTBOX_GUEST_USER=%d:%d", r.GuestUID, r.GuestGID),
+		fmt.Sprintf("AGENTBOX_GUEST_COMMAND_USER=%d:%d", r.UID, r.GID),
+	}
 }
 
 // ErrNoBackend names an unknown backend.

@@ -146,6 +146,14 @@ type Options struct {
 	// Protect are pids, besides 1 and -1, that the calls in pidSyscalls
 	// may not target: the guest's own.
 	Protect []int
+	// ThreadSignals leaves tgkill unchecked, for a filter whose first
+	// process is PID 1 and signals its own threads: the Go runtime does,
+	// with tgkill(getpid(), tid, ...), to preempt them and to change the
+	// credentials of every thread (syscall.AllThreadsSyscall), which the
+	// guest does to become its own user. The local backend's filter,
+	// loaded by bubblewrap above the guest, sets it; every reaper's,
+	// which commands run under, does not.
+	ThreadSignals bool
 }
 
 // Filter is an assembled program.
@@ -187,6 +195,9 @@ func Build(opts Options) (Filter, error) {
 		p.jeq(m.nr, fmt.Sprintf("mknod%d", m.arg))
 	}
 	for _, nr := range pidSyscalls {
+		if nr == unix.SYS_TGKILL && opts.ThreadSignals {
+			continue
+		}
 		p.jeq(nr, lPid)
 	}
 	p.ret(unix.SECCOMP_RET_ALLOW)

@@ -136,6 +136,34 @@ func TestFilterShape(t *testing.T) {
 	}
 }
 
+// TestFilterThreadSignals checks the filter of a PID 1 that signals its own
+// threads: tgkill passes, every other call aimed at PID 1 does not.
+func TestFilterThreadSignals(t *testing.T) {
+	arch, ok := nativeAudit()
+	if !ok {
+		t.Skip("no filter for this architecture")
+	}
+	f, err := Build(Options{ThreadSignals: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eperm := unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	for _, c := range []struct {
+		nr   uint32
+		args []uint64
+		want uint32
+	}{
+		{unix.SYS_TGKILL, []uint64{1, 7, uint64(unix.SIGURG)}, unix.SECCOMP_RET_ALLOW},
+		{unix.SYS_KILL, []uint64{1, uint64(unix.SIGKILL)}, eperm},
+		{unix.SYS_TKILL, []uint64{1, uint64(unix.SIGKILL)}, eperm},
+		{unix.SYS_PIDFD_OPEN, []uint64{1, 0}, eperm},
+	} {
+		if got := run(t, f, arch, c.nr, c.args...); got != c.want {
+			t.Errorf("syscall %d%v: action %#x, want %#x", c.nr, c.args, got, c.want)
+		}
+	}
+}
+
 func TestFilterBadInput(t *testing.T) {
 	if _, err := Build(Options{Protect: []int{0}}); err == nil {
 		t.Error("built a filter protecting pid 0")

@@ -33,13 +33,21 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 	stop := int(b.stopTimeout.Seconds() + 0.999)
 	pids := l.Pids
 	noInit := false
+	user, caps := strconv.Itoa(req.UID)+":"+strconv.Itoa(req.GID), []string(nil)
+	if req.GuestUID != 0 {
+		// An OCI runtime grants a non-root user no capability, so the
+		// guest starts as root with only those it needs to become its own
+		// user and run commands as the sandbox user (initd.BecomeGuest),
+		// and drops root before anything else runs.
+		user, caps = "0:0", guestCaps
+	}
 	cfg := &container.Config{
 		Hostname: req.ID,
-		User:     strconv.Itoa(req.UID) + ":" + strconv.Itoa(req.GID),
+		User:     user,
 		// Only what the guest needs: the image adds its own ENV (PATH) and
 		// the engine HOSTNAME and HOME; commands get none of it, since the
 		// guest gives each exactly the environment its request names.
-		Env:        b.guestEnv(req.GuestEnv),
+		Env:        b.guestEnv(append(req.GuestEnvUsers(), req.GuestEnv...)),
 		Entrypoint: []string{sandbox.GuestPath},
 		Cmd:        append([]string{}, req.GuestArgs...),
 		Image:      spec.Image,
@@ -62,6 +70,7 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 		CgroupnsMode: container.CgroupnsModePrivate,
 		Init:         &noInit,
 		CapDrop:      []string{"ALL"},
+		CapAdd:       caps,
 		// Docker's default seccomp profile stays: no seccomp= option here.
 		SecurityOpt:    []string{"no-new-privileges"},
 		ReadonlyRootfs: true,
@@ -102,6 +111,10 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 	}
 	return cfg, host
 }
+
+// guestCaps are what a guest with a user of its own starts with: three it
+// keeps, CAP_SETPCAP to empty its bounding set before it drops that too.
+var guestCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 
 // etcFiles are the files the backend binds over the engine's own /etc
 // files (see etcDir): their names in the tmpfs, and where the container

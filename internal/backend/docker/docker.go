@@ -8,6 +8,13 @@
 // sandbox's run directory at /run/agentbox, where the guest dials the
 // daemon's socket.
 //
+// When the guest has a user of its own (CreateRequest.GuestUID), the
+// container starts as root with CAP_SETUID, CAP_SETGID, CAP_KILL and
+// CAP_SETPCAP only, since an OCI runtime gives a non-root user none: the
+// guest becomes its user before anything else runs, keeps the first three
+// and empties the bounding set, and its commands run as the sandbox user
+// with no capability at all (see package guest).
+//
 // The engine is reached with github.com/moby/moby/client, negotiating the
 // API version (the engine here speaks 1.41). Nothing is ever pulled: an
 // image that is not in the engine is an error.
@@ -54,7 +61,14 @@
 //     (runsc 2022-12);
 //   - /dev holds fuse and net/tun besides runc's minimal set: the gvisor
 //     backend binds an empty root-owned file of mode 0000 over each, so
-//     they list but do not open.
+//     they list but do not open;
+//   - before gVisor release-20251215.0 (Debian's runsc among them),
+//     /proc/PID/environ, auxv, maps and smaps are mode 0444 and the fd
+//     directory 0555, with no ptrace check (fixed upstream in
+//     release-20251215.0; the fdinfo directory stays open in later ones):
+//     any process reads those of any other, the guest's included,
+//     whatever its user. The guest's descriptors still do not open to
+//     commands, and its environment holds no token.
 //
 // Debian's runsc 0.0~20221219, which setup.sh falls back to when it cannot
 // build the pinned one, fails statx (ls -l, stat: EINVAL), and agentbox
@@ -299,6 +313,9 @@ func (b *Backend) validate(req sandbox.CreateRequest, spec sandbox.Spec, detache
 		return err
 	}
 	if err := checkGuestEnv(req.GuestEnv); err != nil {
+		return err
+	}
+	if err := req.CheckGuestUser(); err != nil {
 		return err
 	}
 	switch {

@@ -240,6 +240,7 @@ func TestIsolationSettings(t *testing.T) {
 			req := sandbox.CreateRequest{
 				ID: "sb_iso" + randID(), WorkspaceID: "ws_iso", Files: files, RunDir: runDir,
 				Guest: guestBin, GuestArgs: []string{"-debug"}, GuestEnv: []string{guest.TokenEnv + "=" + token}, UID: 1234, GID: 2345,
+				GuestUID: 4321, GuestGID: 5432,
 				Spec: sandbox.Spec{Image: testImage, Limits: sandbox.Limits{CPUs: 0.5, MemoryBytes: 200 << 20, Pids: 321, TmpBytes: 7 << 20}},
 			}
 			info, err := b.Create(t.Context(), req)
@@ -263,7 +264,10 @@ func TestIsolationSettings(t *testing.T) {
 				}
 			}
 			check("hostname", c.Hostname == req.ID, c.Hostname)
-			check("user", c.User == "1234:2345", c.User)
+			// The guest starts as root to become 4321:5432 and run commands
+			// as 1234:2345 (it is told both).
+			check("user", c.User == "0:0", c.User)
+			check("users", slices.Contains(c.Env, guest.UserEnv+"=4321:5432") && slices.Contains(c.Env, guest.CommandUserEnv+"=1234:2345"), c.Env)
 			check("entrypoint", slices.Equal(c.Entrypoint, []string{sandbox.GuestPath}) && slices.Equal(c.Cmd, []string{"-debug"}), [][]string{c.Entrypoint, c.Cmd})
 			for _, e := range c.Env {
 				k, _, _ := strings.Cut(e, "=")
@@ -271,7 +275,7 @@ func TestIsolationSettings(t *testing.T) {
 				// all that may join the guest's token, and under runsc the
 				// guest is told not to prewarm threads nor make reapers
 				// subreapers.
-				check("environment", k == guest.TokenEnv || k == "PATH" || k == "HOSTNAME" || k == "HOME" ||
+				check("environment", k == guest.TokenEnv || k == "PATH" || k == "HOSTNAME" || k == "HOME" || k == guest.UserEnv || k == guest.CommandUserEnv ||
 					((e == guest.PrewarmEnv+"=0" || e == guest.SubreaperEnv+"=0") && f.name == NameGVisor), e)
 			}
 			check("no prewarm under runsc", slices.Contains(c.Env, guest.PrewarmEnv+"=0") == (f.name == NameGVisor), c.Env)
@@ -281,7 +285,10 @@ func TestIsolationSettings(t *testing.T) {
 				c.Labels[sandbox.LabelWorkspace] == "ws_iso" && c.Labels[LabelBackend] == f.name, c.Labels)
 			check("runtime", h.Runtime == f.runtime, h.Runtime)
 			check("network", h.NetworkMode == "none", h.NetworkMode)
-			check("capabilities", len(h.CapAdd) == 0 && slices.Equal(h.CapDrop, []string{"ALL"}), [][]string{h.CapAdd, h.CapDrop})
+			// Only what the guest needs to become its user and run
+			// commands as the sandbox user (which get none).
+			check("capabilities", slices.Equal(slices.Sorted(slices.Values(h.CapAdd)), []string{"CAP_KILL", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID"}) &&
+				slices.Equal(h.CapDrop, []string{"ALL"}), [][]string{h.CapAdd, h.CapDrop})
 			// no-new-privileges, and no seccomp= option: Docker's default
 			// profile applies.
 			check("security options", slices.Equal(h.SecurityOpt, []string{"no-new-privileges"}), h.SecurityOpt)

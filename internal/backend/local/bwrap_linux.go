@@ -17,11 +17,14 @@ import (
 // before it executes the guest. fd 5, which bubblewrap passes on, is a
 // pipe holding the guest's token (guest.TokenFDEnv): the token never
 // appears in an environment, and the guest need not re-execute itself to
-// hide it.
+// hide it. fd 6, with a guest user of its own, is where bubblewrap waits
+// until the backend has written the jail's user and group maps
+// (--userns-block-fd); the guest marks it close-on-exec.
 const (
 	infoFD    = 3
 	seccompFD = 4
 	tokenFD   = 5
+	usernsFD  = 6
 )
 
 // procMasks are /proc files that tell a sandbox about the host's kernel
@@ -53,18 +56,35 @@ type jailSpec struct {
 	uid, gid  int
 	masks     []string
 	guestArgs []string
+	// separate says the guest has a user of its own (see writeUserMaps).
+	separate bool
 }
+
+// guestCaps are what the guest of a jail with a guest user starts with
+// (ambient, as bubblewrap grants them): three it keeps, CAP_SETPCAP to
+// empty its bounding set before it drops that too (initd.BecomeGuest).
+var guestCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 
 // bwrapArgs is the bubblewrap command line of one sandbox. Order matters:
 // bubblewrap performs the mount operations in the order given.
 func bwrapArgs(j jailSpec) []string {
-	a := []string{
-		// Namespaces: user (the sandbox user maps to itself on the host),
-		// pid, network (loopback only), ipc, uts, cgroup. No further user
+	// Namespaces: user, pid, network (loopback only), ipc, uts, cgroup.
+	a := []string{"--unshare-user"}
+	if j.separate {
+		// The backend writes the user namespace's maps (writeUserMaps): two
+		// users map to themselves on the host, the guest's and the
+		// commands'. bubblewrap 0.8 cannot combine this with
+		// --disable-userns; the seccomp filter, which refuses unshare,
+		// setns, clone with CLONE_NEWUSER and clone3 to the guest and
+		// everything below it, is what keeps nested user namespaces out.
+		a = append(a, "--userns-block-fd", strconv.Itoa(usernsFD))
+	} else {
+		// The sandbox user maps to itself on the host. No further user
 		// namespaces inside (the seccomp filter refuses unshare as well).
-		"--unshare-user", "--disable-userns",
+		a = append(a, "--disable-userns", "--uid", strconv.Itoa(j.uid), "--gid", strconv.Itoa(j.gid))
+	}
+	a = append(a,
 		"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
-		"--uid", strconv.Itoa(j.uid), "--gid", strconv.Itoa(j.gid),
 		"--hostname", hostname(j.id),
 		// The guest is the pid namespace's init: when it dies the kernel
 		// kills every process of the sandbox, and nothing inside can kill
@@ -76,13 +96,20 @@ func bwrapArgs(j jailSpec) []string {
 		// No controlling terminal shared with anything (TIOCSTI).
 		"--new-session",
 		"--cap-drop", "ALL",
+	)
+	if j.separate {
+		for _, c := range guestCaps {
+			a = append(a, "--cap-add", c)
+		}
+	}
+	a = append(a,
 		"--info-fd", strconv.Itoa(infoFD),
 		"--seccomp", strconv.Itoa(seccompFD),
 		"--chdir", "/",
 		// A read-only root: bubblewrap binds are nosuid and nodev.
 		"--ro-bind", j.st.root, "/",
 		"--proc", "/proc",
-	}
+	)
 	for _, m := range j.masks {
 		a = append(a, "--ro-bind", os.DevNull, m)
 	}

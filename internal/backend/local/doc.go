@@ -19,7 +19,12 @@
 // what it writes in /workspace belongs to it on the host, and host root is
 // not mapped inside at all. Because bubblewrap then resolves bind sources
 // as that user, the backend first binds the sources into a stage directory
-// that user can reach (stage_linux.go).
+// that user can reach (stage_linux.go). With a guest user of its own
+// (CreateRequest.GuestUID), bubblewrap runs as that user instead, grants
+// the guest CAP_SETUID, CAP_SETGID, CAP_KILL and CAP_SETPCAP (ambient),
+// and waits while the backend writes the namespace's maps: both users,
+// each to itself, and still no root (bubblewrap, unprivileged, can map
+// only its own). Commands run as the sandbox user with no capability.
 //
 // Limits. The jail is in its cgroups before it forks anything: on v1 the
 // spawner thread moves itself into them around the fork; on v2 clone3

@@ -142,7 +142,9 @@ func New(opts Options) (*Backend, error) {
 	if err := cg.ensureParent(); err != nil {
 		return fail("cgroup %s: %v: %w", opts.CgroupParent, err, errdefs.ErrUnavailable)
 	}
-	filter, err := seccomp.Build(seccomp.Options{})
+	// The guest is PID 1 under this filter and signals its own threads
+	// (see seccomp.Options); its reapers refuse that to commands.
+	filter, err := seccomp.Build(seccomp.Options{ThreadSignals: true})
 	if err != nil {
 		return fail("%v: %w", err, errdefs.ErrUnavailable)
 	}
@@ -424,6 +426,9 @@ func (b *Backend) check(ctx context.Context, req sandbox.CreateRequest, spec san
 	case req.UID <= 0 || req.GID <= 0 || req.UID > 1<<31-2 || req.GID > 1<<31-2:
 		return "", errdefs.Invalid("uid:gid %d:%d: sandboxes run as a non-root user and group", req.UID, req.GID)
 	}
+	if err := req.CheckGuestUser(); err != nil {
+		return "", err
+	}
 	rootfs, _, err = b.image(ctx, spec.Image)
 	if err != nil {
 		return "", err
@@ -528,9 +533,10 @@ func (b *Backend) start(ctx context.Context, req sandbox.CreateRequest, st stage
 	}
 	closers = append(closers, logW)
 
+	separate := req.GuestUID != 0
 	cmd := exec.Command(b.bwrap, bwrapArgs(jailSpec{
 		id: req.ID, st: st, uid: req.UID, gid: req.GID,
-		masks: b.masks, guestArgs: req.GuestArgs,
+		masks: b.masks, guestArgs: req.GuestArgs, separate: separate,
 	})...)
 	// The token goes in a pipe, the rest of the guest's variables in the
 	// environment (check made sure there is exactly one token).
@@ -538,7 +544,7 @@ func (b *Backend) start(ctx context.Context, req sandbox.CreateRequest, st stage
 	if err != nil {
 		return nil, bwrapInfo{}, err
 	}
-	cmd.Env = []string{guest.TokenFDEnv + "=" + strconv.Itoa(tokenFD)}
+	cmd.Env = append([]string{guest.TokenFDEnv + "=" + strconv.Itoa(tokenFD)}, req.GuestEnvUsers()...)
 	for _, e := range req.GuestEnv {
 		if tok, ok := strings.CutPrefix(e, guest.TokenEnv+"="); ok {
 			// A token is far smaller than the pipe's buffer.
@@ -553,12 +559,23 @@ func (b *Backend) start(ctx context.Context, req sandbox.CreateRequest, st stage
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logW, logW
 	cmd.ExtraFiles = []*os.File{infoW, filterR, tokenR} // fds 3, 4 and 5
+	// bubblewrap runs as the sandbox user from the start, so that the
+	// jail's user namespace maps that user to itself: files written in
+	// /workspace belong to it on the host, and no host root exists inside
+	// at all. With a guest user, bubblewrap (and so the guest) runs as
+	// that user instead, and the backend maps both (writeUserMaps).
+	cred := &syscall.Credential{Uid: uint32(req.UID), Gid: uint32(req.GID), Groups: []uint32{}}
+	var usernsW *os.File
+	if separate {
+		var usernsR *os.File
+		if usernsR, usernsW, err = pipe(); err != nil {
+			return nil, bwrapInfo{}, err
+		}
+		cmd.ExtraFiles = append(cmd.ExtraFiles, usernsR) // fd 6
+		cred = &syscall.Credential{Uid: uint32(req.GuestUID), Gid: uint32(req.GuestGID), Groups: []uint32{}}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// bubblewrap runs as the sandbox user from the start, so that the
-		// jail's user namespace maps that user to itself: files written in
-		// /workspace belong to it on the host, and no host root exists
-		// inside at all.
-		Credential: &syscall.Credential{Uid: uint32(req.UID), Gid: uint32(req.GID), Groups: []uint32{}},
+		Credential: cred,
 		// Its own session: no signal from the daemon's terminal.
 		Setsid: true,
 	}
@@ -593,6 +610,9 @@ func (b *Backend) start(ctx context.Context, req sandbox.CreateRequest, st stage
 	filterR.Close()
 	tokenR.Close()
 	logW.Close()
+	if separate {
+		cmd.ExtraFiles[3].Close()
+	}
 	defer func() {
 		if err != nil {
 			cmd.Process.Kill()
@@ -623,7 +643,49 @@ func (b *Backend) start(ctx context.Context, req sandbox.CreateRequest, st stage
 		waitClosed(j.logDone, time.Second)
 		return nil, bwrapInfo{}, fmt.Errorf("bubblewrap failed: %s", bwrapFailure(j))
 	}
+	if separate {
+		// The jail waits (on fd 6) until its user namespace has maps.
+		if err := writeUserMaps(raw.ChildPid, req); err != nil {
+			return nil, bwrapInfo{}, fmt.Errorf("mapping the jail's users: %w (bubblewrap: %s)", err, bwrapFailure(j))
+		}
+		if _, err := usernsW.Write([]byte{1}); err != nil {
+			return nil, bwrapInfo{}, fmt.Errorf("releasing bubblewrap: %w", err)
+		}
+		usernsW.Close()
+	}
 	return j, bwrapInfo{pid: raw.ChildPid}, nil
+}
+
+// writeUserMaps maps the guest's user and group and the commands' to
+// themselves in the user namespace of pid, and nothing else: no root, no
+// other host user exists inside. Writing more than one mapping takes
+// CAP_SETUID and CAP_SETGID in the parent namespace, which is why the
+// backend, not bubblewrap (running as the guest user), writes them.
+// setgroups stays allowed: the guest drops the supplementary groups of
+// the reapers it starts as the commands' user.
+func writeUserMaps(pid int, req sandbox.CreateRequest) error {
+	line := func(id int) string { return fmt.Sprintf("%d %d 1\n", id, id) }
+	uids := line(req.UID) + line(req.GuestUID)
+	gids := line(req.GID)
+	if req.GuestGID != req.GID {
+		gids += line(req.GuestGID)
+	}
+	dir := "/proc/" + strconv.Itoa(pid)
+	for _, m := range []struct{ name, text string }{{"uid_map", uids}, {"gid_map", gids}} {
+		// One write each: the kernel takes a map whole or not at all.
+		f, err := os.OpenFile(filepath.Join(dir, m.name), os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString(m.text)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+	}
+	return nil
 }
 
 // bwrapFailure describes how bubblewrap ended, with the end of its output.

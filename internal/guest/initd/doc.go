@@ -27,6 +27,11 @@
 // it; it tries the ruleset on a throwaway thread to report, in its hello,
 // what the commands get.
 //
+// When its commands run as a user apart from its own (see package guest
+// and BecomeGuest), the guest starts each reaper as that user; the reaper
+// and its commands then hold no capability at all, and nothing of the
+// guest's (its sockets, its process) is theirs to reach.
+//
 // The guest itself is PID 1 (or a subreaper under a runtime that keeps
 // PID 1): it reaps every zombie, and kills any process that escaped its
 // reaper because the reaper was killed from inside the sandbox.

@@ -132,7 +132,7 @@ func (st *execStream) execute() (guest.ExecResult, error) {
 	var outs []outStream
 	var in io.WriteCloser
 	if req.TTY {
-		master, slave, err := pty.Open()
+		master, slave, err := openPTY(st.s.g.commands)
 		if err != nil {
 			return guest.ExecResult{}, fmt.Errorf("opening a terminal: %w", err)
 		}

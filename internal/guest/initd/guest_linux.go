@@ -32,6 +32,9 @@ type Config struct {
 	Landlock Landlock
 	// Egress, when set, is the relay of the sandbox's proxy traffic.
 	Egress *Egress
+	// Commands, when set, is the user commands run as, apart from the
+	// guest's own (see BecomeGuest); unset, they run as the guest.
+	Commands *User
 }
 
 const (
@@ -58,8 +61,12 @@ type Guest struct {
 	mu      sync.Mutex
 	reapers map[int]*reaper
 
-	// reaperArgv is how a reaper is started.
+	// reaperArgv is how a reaper is started, and cred as whom (nil: as
+	// the guest).
 	reaperArgv []string
+	cred       *syscall.Credential
+	// commands is the user commands run as, nil for the guest's own.
+	commands *User
 	// poolMu guards idle and warming.
 	poolMu sync.Mutex
 	idle   []*reaper // idle reapers, ready for a command
@@ -119,6 +126,8 @@ func Run(ctx context.Context, cfg Config) error {
 		self:       self,
 		reapers:    make(map[int]*reaper),
 		reaperArgv: reaperArgv(cfg.Landlock),
+		cred:       credential(cfg.Commands),
+		commands:   cfg.Commands,
 		devnull:    devnull,
 		// As PID 1 the sweep costs a scan of a few processes.
 		sweepOrphans: self == 1,
@@ -328,9 +337,9 @@ func reaperArgv(l Landlock) []string {
 }
 
 // forkReaper starts a reaper: the guest binary at exe with argv, its
-// control socket as fd 3. It returns the guest's end of the socket,
-// close-on-exec.
-func forkReaper(exe string, argv []string, devnull uintptr) (pid, ctl int, err error) {
+// control socket as fd 3, as cred (nil: as the guest). It returns the
+// guest's end of the socket, close-on-exec.
+func forkReaper(exe string, argv []string, devnull uintptr, cred *syscall.Credential) (pid, ctl int, err error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return 0, 0, fmt.Errorf("reaper control socket: %w", err)
@@ -343,6 +352,7 @@ func forkReaper(exe string, argv []string, devnull uintptr) (pid, ctl int, err e
 		Dir:   "/",
 		Env:   env,
 		Files: []uintptr{devnull, devnull, 2, uintptr(fds[1])},
+		Sys:   &syscall.SysProcAttr{Credential: cred},
 	})
 	syscall.Close(fds[1])
 	if err != nil {
@@ -356,7 +366,7 @@ func forkReaper(exe string, argv []string, devnull uintptr) (pid, ctl int, err e
 func (g *Guest) spawnReaper() (*reaper, error) {
 	// Held across fork and register, so that reapLoop knows the pid.
 	g.mu.Lock()
-	pid, ctl, err := forkReaper(g.exe, g.reaperArgv, g.devnull.Fd())
+	pid, ctl, err := forkReaper(g.exe, g.reaperArgv, g.devnull.Fd(), g.cred)
 	if err != nil {
 		g.mu.Unlock()
 		return nil, err

@@ -19,6 +19,7 @@ type Config struct {
 	Logger     *slog.Logger
 	Landlock   Landlock
 	Egress     *Egress
+	Commands   *User
 }
 
 var errLinuxOnly = errors.New("agentbox-guest runs only on Linux")
@@ -30,4 +31,7 @@ func Run(ctx context.Context, cfg Config) error { return errLinuxOnly }
 func RunReaper(args []string) int { return 1 }
 
 // TakeToken fails: the guest needs Linux.
-func TakeToken(l Landlock) (string, error) { return "", errLinuxOnly }
+func TakeToken(l Landlock, commands *User) (string, error) { return "", errLinuxOnly }
+
+// BecomeGuest fails: the guest needs Linux.
+func BecomeGuest(self User) error { return errLinuxOnly }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,15 +25,24 @@ const (
 // TakeToken returns the guest's token and makes sure no process of the
 // sandbox can read it. The token arrives in the environment, and a
 // process's initial environment stays readable in /proc/PID/environ for
-// its whole life; PR_SET_DUMPABLE hides it on Linux but not under gVisor.
-// So the guest re-executes itself (keeping its pid, 1) with the token in a
-// pipe instead: the new image's environment never held it.
+// its whole life; PR_SET_DUMPABLE hides it on Linux but not under gVisor,
+// where not even another user's environ is closed to a process. So the
+// guest re-executes itself (keeping its pid, 1) with the token in a pipe
+// instead: the new image's environment never held it.
 //
 // Right before it re-executes, it starts the guest's first reaper (with
 // policy l), which Run adopts: the reaper's start, which under gVisor
 // costs as much as the guest's own, overlaps the re-executed guest's
-// start instead of delaying the first command.
-func TakeToken(l Landlock) (string, error) {
+// start instead of delaying the first command. Not when commands run as
+// a user of their own (commands): the guest is then root, and carries
+// the capabilities BecomeGuest needs across the re-execution in its
+// inheritable set with an empty bounding set, which a reaper started now
+// would inherit (or, started earlier, its bounding set). Run starts the
+// first reaper then, once the guest has dropped root.
+func TakeToken(l Landlock, commands *User) (string, error) {
+	// Nothing the guest inherited (bubblewrap passes on every descriptor
+	// it holds) reaches what it starts, save what it passes on itself.
+	closeOnExecAbove(2)
 	if v, ok := os.LookupEnv(tokenFDEnv); ok {
 		os.Unsetenv(tokenFDEnv)
 		fd, err := strconv.Atoi(v)
@@ -64,10 +74,18 @@ func TakeToken(l Landlock) (string, error) {
 		return "", fmt.Errorf("finding the guest binary: %w", err)
 	}
 	var env []string
-	// Best effort: without it, Run starts the first reaper itself. It
-	// starts while the token pipe is still close-on-exec: a reaper passes
-	// every descriptor it inherits on to the commands it forks.
-	if v, err := preStartReaper(exe, l); err == nil {
+	if commands != nil {
+		// On the thread that executes, whose credentials the new image
+		// gets; never unlocked, as the image is replaced.
+		runtime.LockOSThread()
+		if err := keepCapsAcrossExec(); err != nil {
+			return "", err
+		}
+	} else if v, err := preStartReaper(exe, l); err == nil {
+		// Best effort: without it, Run starts the first reaper itself.
+		// It starts while the token pipe is still close-on-exec: a
+		// reaper passes every descriptor it inherits on to the commands
+		// it forks.
 		env = append(env, reaperEnv+"="+v)
 	}
 	fd := r.Fd() // blocking, and kept across exec:
@@ -92,7 +110,7 @@ func preStartReaper(exe string, l Landlock) (string, error) {
 		return "", err
 	}
 	defer devnull.Close() // close-on-exec in any case
-	pid, ctl, err := forkReaper(exe, reaperArgv(l), devnull.Fd())
+	pid, ctl, err := forkReaper(exe, reaperArgv(l), devnull.Fd(), nil)
 	if err != nil {
 		return "", err
 	}

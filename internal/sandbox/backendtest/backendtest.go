@@ -51,6 +51,9 @@ type Harness struct {
 	Guest string
 	// UID and GID are the sandbox user; 0 means 1000.
 	UID, GID int
+	// GuestUID and GuestGID are the guest's own user, as the daemon gives
+	// it one (CreateRequest.GuestUID); 0 means 65533, -1 none.
+	GuestUID, GuestGID int
 	// Kill ends an environment from outside, as a crash or an operator
 	// would (docker kill), without telling the backend.
 	Kill func(ctx context.Context, ref string) error
@@ -110,6 +113,12 @@ func (h *Harness) defaults() {
 	}
 	if h.GID == 0 {
 		h.GID = 1000
+	}
+	if h.GuestUID == 0 && h.GuestGID == 0 {
+		h.GuestUID, h.GuestGID = 65533, 65533
+	}
+	if h.GuestUID < 0 {
+		h.GuestUID, h.GuestGID = 0, 0
 	}
 }
 

@@ -49,6 +49,10 @@ func newSuite(t *testing.T, h Harness) *suite {
 	case guest.DefaultSocketPath != sandbox.RunDir+"/agentbox.sock":
 		t.Fatalf("the guest dials %s, which is not in %s", guest.DefaultSocketPath, sandbox.RunDir)
 	}
+	users := sandbox.CreateRequest{UID: 1, GID: 2, GuestUID: 3, GuestGID: 4}.GuestEnvUsers()
+	if want := []string{guest.UserEnv + "=3:4", guest.CommandUserEnv + "=1:2"}; !slices.Equal(users, want) {
+		t.Fatalf("CreateRequest.GuestEnvUsers is %q, the guest reads %q", users, want)
+	}
 	if os.Geteuid() != 0 {
 		SkipOrFail(t, "the backend suite chowns workspaces to the sandbox user and reads other processes' environments: run as root")
 	}
@@ -136,9 +140,19 @@ func (s *suite) request(t *testing.T, o boxOpts) (sandbox.CreateRequest, *guest.
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As the daemon makes it: the guest's own, when it has a user.
+	var owner *guest.Owner
+	if s.h.GuestUID != 0 {
+		owner = &guest.Owner{UID: s.h.GuestUID, GID: s.h.GuestGID}
+		if err := os.Chown(runDir, s.h.GuestUID, s.h.GuestGID); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(runDir, 0o711)
+	}
 	log := &syncBuffer{}
 	ln, err := guest.Listen(filepath.Join(runDir, "agentbox.sock"), tok, guest.ListenOptions{
 		Logger: slog.New(slog.NewTextHandler(log, nil)),
+		Owner:  owner,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +172,8 @@ func (s *suite) request(t *testing.T, o boxOpts) (sandbox.CreateRequest, *guest.
 		GuestEnv:    []string{guest.TokenEnv + "=" + tok},
 		UID:         s.h.UID,
 		GID:         s.h.GID,
+		GuestUID:    s.h.GuestUID,
+		GuestGID:    s.h.GuestGID,
 		Spec:        sandbox.Spec{Backend: s.b.Name(), Image: s.h.Image, Limits: limits},
 	}
 	return req, ln, log, tok
@@ -194,7 +210,9 @@ func (s *suite) create(t *testing.T, o boxOpts) *box {
 	}
 	x.connect = time.Since(start)
 	x.conn = conn
-	t.Cleanup(func() { conn.Close() })
+	// The listener first, as the daemon does: a guest whose connection
+	// drops dials again at once, and would be refused.
+	t.Cleanup(func() { ln.Close(); conn.Close() })
 	return x
 }
 

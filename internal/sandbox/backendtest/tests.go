@@ -214,6 +214,15 @@ func testSandbox(t *testing.T, s *suite) {
 				t.Errorf("/proc/self/status lacks %q", w)
 			}
 		}
+		// A guest with a user of its own runs as that user: the backend
+		// started it so, and not as the commands' user.
+		if s.h.GuestUID != 0 {
+			pid := strconv.Itoa(x.conn.Info().Pid)
+			want := fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d\n", s.h.GuestUID, s.h.GuestUID, s.h.GuestUID, s.h.GuestUID)
+			if st := x.mustSh(t, "cat /proc/"+pid+"/status"); !strings.Contains(st, want) || !strings.Contains(st, "CapBnd:\t0000000000000000\n") {
+				t.Errorf("the guest (pid %s) does not run as its own user %d with an empty bounding set: %q", pid, s.h.GuestUID, st)
+			}
+		}
 	})
 
 	t.Run("exit status", func(t *testing.T) {
@@ -303,6 +312,15 @@ echo "child $?"`)
 		res, out, _, err = x.exec(t, guest.ExecRequest{Argv: []string{"cat"}}, big)
 		if err != nil || out != big || res.ExitCode != 0 {
 			t.Errorf("cat of 1 MiB: %v, %d bytes back, %+v", err, len(out), res)
+		}
+	})
+
+	t.Run("terminal", func(t *testing.T) {
+		// The command's own terminal, as login hands one over: its user's,
+		// so that it opens by name too.
+		res, out, _, err := x.exec(t, guest.ExecRequest{TTY: true, Argv: []string{"sh", "-c", `t=$(tty) && echo reopened > "$t" && stat -c %u "$t"`}}, "")
+		if err != nil || res.ExitCode != 0 || !strings.Contains(out, "reopened") || !strings.Contains(out, fmt.Sprintf("\n%d", s.h.UID)) {
+			t.Errorf("reopening the terminal by name: %v %+v %q", err, res, out)
 		}
 	})
 
@@ -707,6 +725,8 @@ func testCreateFailures(t *testing.T, s *suite) {
 			"another backend":   func(r *sandbox.CreateRequest) { r.Spec.Backend = "no-such-backend" },
 			"files is a file":   func(r *sandbox.CreateRequest) { r.Files = s.h.Guest },
 			"guest is a folder": func(r *sandbox.CreateRequest) { r.Guest = r.RunDir },
+			"guest as the user": func(r *sandbox.CreateRequest) { r.GuestUID, r.GuestGID = r.UID, r.GID },
+			"guest as root":     func(r *sandbox.CreateRequest) { r.GuestUID = -1 },
 		} {
 			t.Run(name, func(t *testing.T) {
 				req, _, _, _ := s.request(t, boxOpts{})

@@ -78,6 +78,8 @@ func main() {
 		scan(args)
 	case "sockets":
 		sockets(args)
+	case "guestchan":
+		guestchan(args)
 	case "net":
 		netProbes(args)
 	case "listen":
