@@ -25,8 +25,8 @@ func (b *Backend) image(ctx context.Context, name string) (string, image.Config,
 	if uerr == nil {
 		return u.Rootfs, u.Config, nil
 	}
-	if errors.Is(uerr, errdefs.ErrUnavailable) && err == nil {
-		// No engine to ask: say how to build the root file system here.
+	if err == nil && (errors.Is(uerr, errdefs.ErrUnavailable) || errors.Is(uerr, errdefs.ErrInvalid)) {
+		// A name the local backend knows: say how to build its root file system.
 		return "", image.Config{}, errdefs.Invalid("image %q: no root file system at %s, and %v: %s", name, rootfs, uerr, buildHint(kind))
 	}
 	if errors.Is(uerr, errdefs.ErrInvalid) || errors.Is(uerr, errdefs.ErrUnavailable) {
