@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 )
 
@@ -124,6 +125,15 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 		cmd.Stderr = io.MultiWriter(&errBuf, c.Stderr)
 	} else {
 		cmd.Stderr = &errBuf
+	}
+	if c.Jail != nil {
+		// bubblewrap's --die-with-parent is PR_SET_PDEATHSIG, which fires
+		// when the thread that forked it exits, not the process. Go ends
+		// threads whose goroutine exits locked (internal/anonmount does
+		// so on purpose), and any thread may have forked this one: hold
+		// the forking thread until git is reaped.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 	}
 	err := cmd.Run()
 	if out.over {

@@ -1,10 +1,14 @@
 package gitx
 
 import (
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox/backendtest"
 )
@@ -79,5 +83,64 @@ func TestJailRefusesSystemPaths(t *testing.T) {
 		if _, _, err := (&Jail{ReadOnly: []string{p}}).command("", []string{"version"}); err == nil {
 			t.Errorf("a jail listing %q was accepted", p)
 		}
+	}
+}
+
+// TestJailOutlivesThreads: a confined git is not killed when the thread
+// that forked it ends. bubblewrap's --die-with-parent follows the forking
+// thread, and the daemon ends threads on purpose (goroutines that exit
+// locked, as internal/anonmount's do), so a git forked from a thread that
+// later ends would die with "signal: killed".
+func TestJailOutlivesThreads(t *testing.T) {
+	if os.Geteuid() != 0 {
+		backendtest.SkipOrFail(t, "the jail's mount namespace needs root")
+	}
+	tree := t.TempDir()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				done := make(chan struct{})
+				go func() {
+					runtime.LockOSThread() // and exit locked: the thread ends
+					close(done)
+				}()
+				<-done
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	var runs sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := 0; i < 64; i++ {
+		runs.Add(1)
+		go func() {
+			defer runs.Done()
+			// git reads its input for a while: it outlives many threads.
+			r, w := io.Pipe()
+			go func() {
+				for j := 0; j < 20; j++ {
+					w.Write([]byte("data\n"))
+					time.Sleep(5 * time.Millisecond)
+				}
+				w.Close()
+			}()
+			if _, err := Run(t.Context(), Cmd{Hardened: true, Jail: &Jail{ReadOnly: []string{tree}}, Stdin: r, Args: []string{"hash-object", "--stdin"}}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	runs.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a confined git died with the thread that forked it: %v", err)
 	}
 }
