@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -164,7 +163,7 @@ func (c *Client) do(ctx context.Context, rq request) (*http.Response, error) {
 }
 
 // kinds names the object of each API collection, for errors.
-var kinds = map[string]string{"repos": "repo", "workspaces": "workspace", "sandboxes": "sandbox", "secrets": "secret"}
+var kinds = map[string]string{"repos": "repo", "workspaces": "workspace", "sandboxes": "sandbox", "secrets": "secret", "processes": "process", "ports": "port"}
 
 // emptyID refuses a request whose path has an empty ID ("/v1/workspaces//
 // exec") as the daemon refuses an unknown one: the mux would otherwise
@@ -184,9 +183,7 @@ func emptyID(path string) error {
 }
 
 func decodeError(resp *http.Response) error {
-	var eb struct {
-		Error struct{ Code, Message string } `json:"error"`
-	}
+	var eb apitypes.ErrorReply
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err := json.Unmarshal(b, &eb); err != nil || eb.Error.Code == "" {
 		return &Error{Status: resp.StatusCode, Code: "internal", Message: fmt.Sprintf("daemon answered %s: %.200s", resp.Status, b)}
@@ -213,11 +210,7 @@ func (c *Client) json(ctx context.Context, rq request, out any) error {
 func esc(s string) string { return url.PathEscape(s) }
 
 // Health is the daemon's self-description.
-type Health struct {
-	Status          string `json:"status"`
-	Version         string `json:"version"`
-	WorkspaceDriver string `json:"workspace_driver"`
-}
+type Health = apitypes.Health
 
 // Health checks that the daemon answers.
 func (c *Client) Health(ctx context.Context) (Health, error) {
@@ -233,24 +226,14 @@ func (c *Client) OpenAPI(ctx context.Context) (json.RawMessage, error) {
 
 // --- repos
 
-// Repo is a cached repository.
-type Repo struct {
-	ID            string    `json:"id"`
-	URL           string    `json:"url"`
-	Path          string    `json:"path"`
-	DefaultBranch string    `json:"default_branch"`
-	SizeBytes     int64     `json:"size_bytes"`
-	CreatedAt     time.Time `json:"created_at"`
-	LastFetchAt   time.Time `json:"last_fetch_at"`
-	LastUsedAt    time.Time `json:"last_used_at"`
-	// Cloned is set on AddRepo: true when this call made the clone.
-	Cloned bool `json:"cloned"`
-}
+// Repo is a cached repository. Cloned is set by AddRepo: true when that
+// call made the clone.
+type Repo = apitypes.RepoResult
 
 // AddRepo caches rawURL (cloning it once). progress, if not nil, receives
 // git's progress lines while the clone runs.
 func (c *Client) AddRepo(ctx context.Context, rawURL string, progress func(line string)) (Repo, error) {
-	return c.repoStream(ctx, request{method: "POST", path: "/v1/repos", body: map[string]string{"url": rawURL}}, progress)
+	return c.repoStream(ctx, request{method: "POST", path: "/v1/repos", body: apitypes.AddRepoRequest{URL: rawURL}}, progress)
 }
 
 // FetchRepo updates a cached repo from its remote. rawURL is optional: the
@@ -258,7 +241,7 @@ func (c *Client) AddRepo(ctx context.Context, rawURL string, progress func(line 
 func (c *Client) FetchRepo(ctx context.Context, id, rawURL string, progress func(line string)) (Repo, error) {
 	var body any
 	if rawURL != "" {
-		body = map[string]string{"url": rawURL}
+		body = apitypes.FetchRepoRequest{URL: rawURL}
 	}
 	return c.repoStream(ctx, request{method: "POST", path: "/v1/repos/" + esc(id) + "/fetch", body: body}, progress)
 }
@@ -277,11 +260,7 @@ func (c *Client) repoStream(ctx context.Context, rq request, progress func(strin
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
-		var msg struct {
-			Progress string          `json:"progress"`
-			Result   json.RawMessage `json:"result"`
-			Error    *struct{ Code, Message string }
-		}
+		var msg apitypes.RepoProgress
 		if err := json.Unmarshal(sc.Bytes(), &msg); err != nil {
 			return r, fmt.Errorf("decoding progress: %w", err)
 		}
@@ -289,7 +268,7 @@ func (c *Client) repoStream(ctx context.Context, rq request, progress func(strin
 		case msg.Error != nil:
 			return r, &Error{Status: 0, Code: msg.Error.Code, Message: msg.Error.Message}
 		case msg.Result != nil:
-			return r, json.Unmarshal(msg.Result, &r)
+			return *msg.Result, nil
 		case msg.Progress != "":
 			progress(msg.Progress)
 		}
@@ -302,8 +281,15 @@ func (c *Client) repoStream(ctx context.Context, rq request, progress func(strin
 
 // ListRepos lists cached repos.
 func (c *Client) ListRepos(ctx context.Context) ([]Repo, error) {
-	var out struct{ Repos []Repo }
-	return out.Repos, c.json(ctx, request{method: "GET", path: "/v1/repos"}, &out)
+	var out apitypes.RepoList
+	if err := c.json(ctx, request{method: "GET", path: "/v1/repos"}, &out); err != nil {
+		return nil, err
+	}
+	repos := make([]Repo, 0, len(out.Repos))
+	for _, r := range out.Repos {
+		repos = append(repos, Repo{Repo: r})
+	}
+	return repos, nil
 }
 
 // GetRepo shows a repo by ID or URL.
@@ -314,7 +300,7 @@ func (c *Client) GetRepo(ctx context.Context, idOrURL string) (Repo, error) {
 
 // RemoveRepo removes a repo; force also removes its workspaces.
 func (c *Client) RemoveRepo(ctx context.Context, idOrURL string, force bool) (string, error) {
-	var out struct{ ID string }
+	var out apitypes.Removed
 	q := url.Values{}
 	if force {
 		q.Set("force", "true")
@@ -325,41 +311,19 @@ func (c *Client) RemoveRepo(ctx context.Context, idOrURL string, force bool) (st
 // --- workspaces
 
 // Workspace is a durable workspace.
-type Workspace struct {
-	ID         string `json:"id"`
-	RepoID     string `json:"repo_id"`
-	PristineID string `json:"pristine_id,omitempty"`
-	ParentID   string `json:"parent_id,omitempty"`
-	Ref        string `json:"ref"`
-	BaseCommit string `json:"base_commit"`
-	Branch     string `json:"branch"`
-	Task       string `json:"task,omitempty"`
-	Driver     string `json:"driver"`
-	Dir        string `json:"dir"`
-	Path       string `json:"path"`
-	State      string `json:"state"`
-	Dirty      bool   `json:"dirty"`
-	SizeBytes  int64  `json:"size_bytes"`
-	// DiskQuota is the size in bytes of the workspace's own file system;
-	// 0: no quota.
-	DiskQuota int64     `json:"disk_quota,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
+type Workspace = apitypes.Workspace
 
 // CreateWorkspace asks for a new workspace: of a repo (Repo, Ref), or
 // empty (Empty: a fresh repository with one empty commit). UploadDir and
-// UploadWorkspace make one from a directory instead.
-type CreateWorkspace struct {
-	Repo   string `json:"repo,omitempty"`
-	Empty  bool   `json:"empty,omitempty"`
-	Ref    string `json:"ref,omitempty"`
-	Branch string `json:"branch,omitempty"`
-	Task   string `json:"task,omitempty"`
-	Driver string `json:"driver,omitempty"`
-	// Disk is the disk quota ("2G"); empty: the daemon's default.
-	Disk string `json:"disk,omitempty"`
-}
+// UploadWorkspace make one from a directory instead. Disk is the disk
+// quota ("2G"; ParseByteSize reads one); zero: the daemon's default.
+type CreateWorkspace = apitypes.CreateWorkspaceRequest
+
+// ByteSize is a size in bytes that JSON carries as "2G" (or a number).
+type ByteSize = apitypes.ByteSize
+
+// ParseByteSize reads a size: "512M", "1.5G", "1024".
+func ParseByteSize(s string) (ByteSize, error) { return apitypes.ParseByteSize(s) }
 
 // CreateWorkspace makes a workspace (adding the repo if it is a URL).
 func (c *Client) CreateWorkspace(ctx context.Context, req CreateWorkspace) (Workspace, error) {
@@ -376,7 +340,7 @@ func (c *Client) ListWorkspaces(ctx context.Context, repo, task string) ([]Works
 	if task != "" {
 		q.Set("task", task)
 	}
-	var out struct{ Workspaces []Workspace }
+	var out apitypes.WorkspaceList
 	return out.Workspaces, c.json(ctx, request{method: "GET", path: "/v1/workspaces", query: q}, &out)
 }
 
@@ -392,31 +356,13 @@ func (c *Client) RemoveWorkspace(ctx context.Context, id string) error {
 }
 
 // Change is a path changed since the base commit.
-type Change struct {
-	Status string `json:"status"`
-	Path   string `json:"path"`
-}
+type Change = apitypes.Change
 
 // Status is a workspace's state relative to its base.
-type Status struct {
-	ID         string   `json:"id"`
-	Branch     string   `json:"branch"`
-	Head       string   `json:"head"`
-	BaseCommit string   `json:"base_commit"`
-	Dirty      bool     `json:"dirty"`
-	Changes    []Change `json:"changes"`
-	// Disk is the usage of the workspace's quota, when it has one.
-	Disk *DiskUsage `json:"disk,omitempty"`
-}
+type Status = apitypes.Status
 
 // DiskUsage is what a workspace has used of its disk quota.
-type DiskUsage struct {
-	Quota     int64 `json:"quota_bytes"`
-	Used      int64 `json:"used_bytes"`
-	Free      int64 `json:"free_bytes"`
-	Files     int64 `json:"files"`
-	FilesFree int64 `json:"files_free"`
-}
+type DiskUsage = apitypes.DiskUsage
 
 // Status lists changes since the base commit.
 func (c *Client) Status(ctx context.Context, id string) (Status, error) {
@@ -425,11 +371,7 @@ func (c *Client) Status(ctx context.Context, id string) (Status, error) {
 }
 
 // Diff is a workspace's unified diff against its base.
-type Diff struct {
-	ID         string `json:"id"`
-	BaseCommit string `json:"base_commit"`
-	Diff       string `json:"diff"`
-}
+type Diff = apitypes.Diff
 
 // Diff returns the unified diff against the base commit, optionally
 // limited to paths.
@@ -439,25 +381,15 @@ func (c *Client) Diff(ctx context.Context, id string, paths ...string) (Diff, er
 }
 
 // Author is a commit identity.
-type Author struct {
-	Name  string `json:"name"`
-	Email string `json:"email"`
-}
+type Author = apitypes.Author
 
 // CommitResult names the commit made.
-type CommitResult struct {
-	ID     string `json:"id"`
-	Commit string `json:"commit"`
-	Branch string `json:"branch"`
-}
+type CommitResult = apitypes.CommitResult
 
 // Commit records every change as one commit on the workspace's branch.
 func (c *Client) Commit(ctx context.Context, id, message string, author *Author) (CommitResult, error) {
 	var r CommitResult
-	body := map[string]any{"message": message}
-	if author != nil {
-		body["author"] = author
-	}
+	body := apitypes.CommitRequest{Message: message, Author: author}
 	return r, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/commit", body: body}, &r)
 }
 
@@ -466,13 +398,9 @@ func (c *Client) ForkWorkspace(ctx context.Context, id, branch, task string) (Wo
 	return c.Fork(ctx, id, Fork{Branch: branch, Task: task})
 }
 
-// Fork asks for a copy of a workspace.
-type Fork struct {
-	Branch string `json:"branch,omitempty"`
-	Task   string `json:"task,omitempty"`
-	// Disk is the fork's disk quota; empty: the parent's.
-	Disk string `json:"disk,omitempty"`
-}
+// Fork asks for a copy of a workspace; a zero Disk keeps the parent's
+// quota.
+type Fork = apitypes.ForkRequest
 
 // Fork copies a workspace as req says.
 func (c *Client) Fork(ctx context.Context, id string, req Fork) (Workspace, error) {
@@ -613,7 +541,7 @@ func (c *Client) StatFile(ctx context.Context, id, path string) (FileInfo, error
 
 // ListFiles lists a directory.
 func (c *Client) ListFiles(ctx context.Context, id, path string) ([]FileInfo, error) {
-	var out struct{ Entries []FileInfo }
+	var out FileList
 	return out.Entries, c.json(ctx, request{method: "GET", path: filesPath(id, "/list"), query: url.Values{"path": {path}}}, &out)
 }
 
@@ -629,37 +557,21 @@ func (c *Client) RemoveFile(ctx context.Context, id, path string, recursive bool
 // Mkdir makes a directory.
 func (c *Client) Mkdir(ctx context.Context, id, path string, parents bool) (FileInfo, error) {
 	var fi FileInfo
-	return fi, c.json(ctx, request{method: "POST", path: filesPath(id, "/mkdir"), body: map[string]any{"path": path, "parents": parents}}, &fi)
+	return fi, c.json(ctx, request{method: "POST", path: filesPath(id, "/mkdir"), body: apitypes.MkdirRequest{Path: path, Parents: parents}}, &fi)
 }
 
 // Rename moves a path.
 func (c *Client) Rename(ctx context.Context, id, from, to string) error {
-	return c.json(ctx, request{method: "POST", path: filesPath(id, "/rename"), body: map[string]string{"from": from, "to": to}}, nil)
+	return c.json(ctx, request{method: "POST", path: filesPath(id, "/rename"), body: apitypes.RenameRequest{From: from, To: to}}, nil)
 }
 
-// GrepRequest is a bounded content search.
-type GrepRequest struct {
-	Pattern      string `json:"pattern"`
-	Path         string `json:"path,omitempty"`
-	IgnoreCase   bool   `json:"ignore_case,omitempty"`
-	MaxMatches   int    `json:"max_matches,omitempty"`
-	MaxFileBytes int64  `json:"max_file_bytes,omitempty"`
-	IncludeGit   bool   `json:"include_git,omitempty"`
-}
-
-// GrepMatch is one matching line.
-type GrepMatch struct {
-	Path string `json:"path"`
-	Line int    `json:"line"`
-	Text string `json:"text"`
-}
-
-// GrepResult is what a search found.
-type GrepResult struct {
-	Matches      []GrepMatch `json:"matches"`
-	FilesScanned int         `json:"files_scanned"`
-	Truncated    bool        `json:"truncated"`
-}
+// GrepRequest is a bounded content search; GrepResult what it found,
+// GrepMatch one matching line.
+type (
+	GrepRequest = apitypes.GrepRequest
+	GrepMatch   = apitypes.GrepMatch
+	GrepResult  = apitypes.GrepResult
+)
 
 // Grep searches file contents.
 func (c *Client) Grep(ctx context.Context, id string, req GrepRequest) (GrepResult, error) {
@@ -670,16 +582,7 @@ func (c *Client) Grep(ctx context.Context, id string, req GrepRequest) (GrepResu
 // --- events
 
 // Event is one entry of the event log.
-type Event struct {
-	ID          int64     `json:"id"`
-	Time        time.Time `json:"time"`
-	Actor       string    `json:"actor"`
-	Type        string    `json:"type"`
-	RepoID      string    `json:"repo_id,omitempty"`
-	WorkspaceID string    `json:"workspace_id,omitempty"`
-	SandboxID   string    `json:"sandbox_id,omitempty"`
-	Detail      string    `json:"detail,omitempty"`
-}
+type Event = apitypes.Event
 
 // EventFilter selects events.
 type EventFilter struct {
@@ -702,6 +605,6 @@ func (c *Client) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var out struct{ Events []Event }
+	var out apitypes.EventList
 	return out.Events, c.json(ctx, request{method: "GET", path: "/v1/events", query: q}, &out)
 }

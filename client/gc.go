@@ -1,41 +1,21 @@
 package client
 
-import "context"
+import (
+	"context"
 
-// GCRequest asks for one disk collection.
-type GCRequest struct {
-	// DryRun lists what would go and removes nothing.
-	DryRun bool `json:"dry_run,omitempty"`
-	// Budget, a size like "10G" or a number of bytes as a string, replaces
-	// the daemon's data_budget for this run; empty keeps it.
-	Budget string `json:"budget,omitempty"`
-}
+	"github.com/agentbox/agentbox/internal/apitypes"
+)
+
+// GCRequest asks for one disk collection: DryRun lists what would go
+// and removes nothing; a non-zero Budget replaces the daemon's
+// data_budget for this run.
+type GCRequest = apitypes.GCRequest
 
 // GCItem is one object the collector removed, or would remove.
-type GCItem struct {
-	// Tier is 1 (sandboxes), 2 (pristine checkouts), 3 (repo caches) or
-	// 4 (clean workspaces); Kind is sandbox, pristine, repo or workspace.
-	Tier int    `json:"tier"`
-	Kind string `json:"kind"`
-	ID   string `json:"id"`
-	// Bytes is what removing it frees.
-	Bytes   int64  `json:"bytes"`
-	Reason  string `json:"reason"`
-	Removed bool   `json:"removed"`
-	Error   string `json:"error,omitempty"`
-}
+type GCItem = apitypes.GCItem
 
 // GCReport is the outcome of one collection.
-type GCReport struct {
-	DryRun      bool     `json:"dry_run"`
-	BudgetBytes int64    `json:"budget_bytes"`
-	UsageBytes  int64    `json:"usage_bytes"`
-	Method      string   `json:"method"`
-	FreedBytes  int64    `json:"freed_bytes"`
-	AfterBytes  int64    `json:"after_bytes"`
-	UnderBudget bool     `json:"under_budget"`
-	Items       []GCItem `json:"items"`
-}
+type GCReport = apitypes.GCReport
 
 // GC collects disk under the data budget: idle sandboxes, then unused
 // pristine checkouts, then least recently used repo caches, then (with a

@@ -9,46 +9,26 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"time"
 	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/apitypes"
 )
 
-// Limits are a sandbox's hard limits; zero fields take the daemon's defaults.
-type Limits struct {
-	CPUs        float64 `json:"cpus,omitempty"`
-	MemoryBytes int64   `json:"memory_bytes,omitempty"`
-	Pids        int64   `json:"pids,omitempty"`
-	TmpBytes    int64   `json:"tmp_bytes,omitempty"`
-}
+// Limits are a sandbox's hard limits; zero fields take the daemon's
+// defaults.
+type Limits = apitypes.SandboxLimits
 
-// CreateSandbox asks for a sandbox on a workspace.
-type CreateSandbox struct {
-	Workspace string `json:"workspace"`
-	Backend   string `json:"backend,omitempty"`
-	Image     string `json:"image,omitempty"`
-	Limits    Limits `json:"limits,omitempty"`
-	Lifetime  string `json:"lifetime,omitempty"`
-	// Policy is a policy document as JSON (see agentbox policy check);
-	// nil means the default: no network.
-	Policy json.RawMessage `json:"policy,omitempty"`
-}
+// CreateSandbox asks for a sandbox on a workspace. Policy is a policy
+// document as JSON (see agentbox policy check, and Policy); nil means the
+// default: no network.
+type CreateSandbox = apitypes.SandboxRequest
 
 // Sandbox is an execution environment attached to a workspace.
-type Sandbox struct {
-	ID             string    `json:"id"`
-	WorkspaceID    string    `json:"workspace_id"`
-	Backend        string    `json:"backend"`
-	BackendRef     string    `json:"backend_ref"`
-	Image          string    `json:"image"`
-	Spec           string    `json:"spec"`
-	State          string    `json:"state"`
-	Replaces       string    `json:"replaces,omitempty"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
-	LastActivityAt time.Time `json:"last_activity_at"`
-}
+type Sandbox = apitypes.Sandbox
+
+// Policy is a sandbox's policy document; marshal one into
+// CreateSandbox.Policy.
+type Policy = apitypes.Policy
 
 // CreateSandbox starts a sandbox.
 func (c *Client) CreateSandbox(ctx context.Context, req CreateSandbox) (Sandbox, error) {
@@ -62,7 +42,7 @@ func (c *Client) ListSandboxes(ctx context.Context, workspace string) ([]Sandbox
 	if workspace != "" {
 		q.Set("workspace", workspace)
 	}
-	var out struct{ Sandboxes []Sandbox }
+	var out apitypes.SandboxList
 	return out.Sandboxes, c.json(ctx, request{method: "GET", path: "/v1/sandboxes", query: q}, &out)
 }
 
@@ -211,13 +191,7 @@ func readExecStream(body io.Reader, stdout, stderr io.Writer) (ExecResult, error
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 8<<20)
 	for sc.Scan() {
-		var line struct {
-			Stream  string          `json:"stream"`
-			Data    string          `json:"data"`
-			DataB64 string          `json:"data_b64"`
-			Result  json.RawMessage `json:"result"`
-			Error   *struct{ Code, Message string }
-		}
+		var line apitypes.ExecLine
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 			return res, fmt.Errorf("decoding exec stream: %w", err)
 		}
@@ -225,7 +199,7 @@ func readExecStream(body io.Reader, stdout, stderr io.Writer) (ExecResult, error
 		case line.Error != nil:
 			return res, &Error{Code: line.Error.Code, Message: line.Error.Message}
 		case line.Result != nil:
-			return res, json.Unmarshal(line.Result, &res)
+			return *line.Result, nil
 		case line.Stream != "":
 			data := []byte(line.Data)
 			if line.DataB64 != "" {
@@ -250,20 +224,16 @@ func readExecStream(body io.Reader, stdout, stderr io.Writer) (ExecResult, error
 }
 
 // SecretInfo names a stored secret; its value is never returned.
-type SecretInfo struct {
-	Name      string    `json:"name"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
+type SecretInfo = apitypes.SecretInfo
 
 // SetSecret stores a secret's value in the daemon, sealed.
 func (c *Client) SetSecret(ctx context.Context, name, value string) error {
-	return c.json(ctx, request{method: "PUT", path: "/v1/secrets/" + esc(name), body: map[string]string{"value": value}}, nil)
+	return c.json(ctx, request{method: "PUT", path: "/v1/secrets/" + esc(name), body: apitypes.SecretRequest{Value: value}}, nil)
 }
 
 // ListSecrets lists the secrets' names.
 func (c *Client) ListSecrets(ctx context.Context) ([]SecretInfo, error) {
-	var out struct{ Secrets []SecretInfo }
+	var out apitypes.SecretList
 	return out.Secrets, c.json(ctx, request{method: "GET", path: "/v1/secrets"}, &out)
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
 )
 
 // Shell is an interactive command to run on a terminal.
@@ -69,20 +71,7 @@ type ShellSession struct {
 }
 
 // shellControl is a text message of the shell WebSocket.
-type shellControl struct {
-	Type      string `json:"type"`
-	Rows      uint16 `json:"rows,omitempty"`
-	Cols      uint16 `json:"cols,omitempty"`
-	ExecID    string `json:"exec_id,omitempty"`
-	SandboxID string `json:"sandbox_id,omitempty"`
-	Replaced  bool   `json:"replaced,omitempty"`
-	ExitCode  *int   `json:"exit_code,omitempty"`
-	Signal    int    `json:"signal,omitempty"`
-	Canceled  bool   `json:"canceled,omitempty"`
-	Lost      bool   `json:"lost,omitempty"`
-	Duration  int64  `json:"duration_ms,omitempty"`
-	Message   string `json:"message,omitempty"`
-}
+type shellControl = apitypes.ShellControl
 
 // ErrShellClosed is what Read, Write and Resize return after Close.
 var ErrShellClosed = errors.New("shell session closed")
@@ -170,7 +159,7 @@ func (s *ShellSession) readLoop(pw *io.PipeWriter) {
 		switch ctl.Type {
 		case "exit":
 			ex := ShellExit{ExecID: ctl.ExecID, SandboxID: ctl.SandboxID, ExitCode: -1, Signal: ctl.Signal,
-				Canceled: ctl.Canceled, Lost: ctl.Lost, DurationMS: ctl.Duration, Message: ctl.Message}
+				Canceled: ctl.Canceled, Lost: ctl.Lost, DurationMS: ctl.DurationMS, Message: ctl.Message}
 			if ctl.ExitCode != nil {
 				ex.ExitCode = *ctl.ExitCode
 			}

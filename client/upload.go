@@ -22,10 +22,13 @@ func (c *Client) UploadWorkspace(ctx context.Context, req CreateWorkspace, archi
 		return Workspace{}, fmt.Errorf("an uploaded directory is the workspace's base: no repo, ref or empty with it: %w", ErrInvalid)
 	}
 	q := url.Values{}
-	for k, v := range map[string]string{"branch": req.Branch, "task": req.Task, "driver": req.Driver, "disk": req.Disk} {
+	for k, v := range map[string]string{"branch": req.Branch, "task": req.Task, "driver": req.Driver} {
 		if v != "" {
 			q.Set(k, v)
 		}
+	}
+	if req.Disk != 0 {
+		q.Set("disk", req.Disk.String())
 	}
 	ctype := "application/x-tar"
 	if gzipped {

@@ -7,24 +7,14 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"time"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
 )
 
 // TaskUsage is what the workspaces of one task label used: their execs'
 // CPU time (the commands' whole process trees), the largest peak memory
 // of one command, wall time, output, and the bytes their egress moved.
-type TaskUsage struct {
-	Task            string  `json:"task"`
-	Workspaces      int64   `json:"workspaces"`
-	Execs           int64   `json:"execs"`
-	CPUSeconds      float64 `json:"cpu_seconds"`
-	PeakMemBytes    int64   `json:"peak_mem_bytes"`
-	WallSeconds     float64 `json:"wall_seconds"`
-	OutputBytes     int64   `json:"output_bytes"`
-	EgressBytes     int64   `json:"egress_bytes"`
-	EgressBytesUp   int64   `json:"egress_bytes_up"`
-	EgressBytesDown int64   `json:"egress_bytes_down"`
-}
+type TaskUsage = apitypes.TaskUsage
 
 // UsageFilter selects what Usage sums. Zero fields match everything.
 type UsageFilter struct {
@@ -37,10 +27,7 @@ type UsageFilter struct {
 }
 
 // Usage is the reply of Usage.
-type Usage struct {
-	Since *time.Time  `json:"since,omitempty"`
-	Tasks []TaskUsage `json:"tasks"`
-}
+type Usage = apitypes.Usage
 
 // Usage sums usage per task label.
 func (c *Client) Usage(ctx context.Context, f UsageFilter) (Usage, error) {
@@ -58,18 +45,7 @@ func (c *Client) Usage(ctx context.Context, f UsageFilter) (Usage, error) {
 // SandboxUsage is what one sandbox used: its execs summed, and what its
 // environment's cgroup counted (read when it stopped; 0 before or when
 // the backend cannot read it) and its egress moved.
-type SandboxUsage struct {
-	SandboxID          string `json:"sandbox_id"`
-	Execs              int64  `json:"execs"`
-	CPUNanos           int64  `json:"cpu_ns"`
-	PeakMemBytes       int64  `json:"peak_mem_bytes"`
-	WallNanos          int64  `json:"wall_ns"`
-	OutputBytes        int64  `json:"output_bytes"`
-	CgroupCPUNanos     int64  `json:"cgroup_cpu_ns"`
-	CgroupPeakMemBytes int64  `json:"cgroup_peak_mem_bytes"`
-	EgressBytesUp      int64  `json:"egress_bytes_up"`
-	EgressBytesDown    int64  `json:"egress_bytes_down"`
-}
+type SandboxUsage = apitypes.SandboxUsage
 
 // SandboxUsage returns what sandbox id used.
 func (c *Client) SandboxUsage(ctx context.Context, id string) (SandboxUsage, error) {

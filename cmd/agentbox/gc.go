@@ -9,11 +9,11 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/policy"
 )
 
 func (c *cli) gcCmd() *cobra.Command {
 	var req client.GCRequest
+	var budget string
 	cmd := &cobra.Command{
 		Use:   "gc [--dry-run] [--budget SIZE]",
 		Short: "Collect disk under the data budget (idle sandboxes, unused checkouts, old repo caches)",
@@ -25,10 +25,9 @@ workspaces unused that long. A workspace with changes is never removed.
 --dry-run lists what would go and why, and changes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if req.Budget != "" {
-				if _, err := policy.ParseByteSize(req.Budget); err != nil {
-					return errdefs.Invalid("--budget: %v", err)
-				}
+			var err error
+			if req.Budget, err = sizeFlag("budget", budget); err != nil {
+				return err
 			}
 			cl, err := c.client()
 			if err != nil {
@@ -42,7 +41,7 @@ workspaces unused that long. A workspace with changes is never removed.
 		},
 	}
 	cmd.Flags().BoolVar(&req.DryRun, "dry-run", false, "list what would go and why; remove nothing")
-	cmd.Flags().StringVar(&req.Budget, "budget", "", "collect down to this size (e.g. 10G) instead of the daemon's data_budget")
+	cmd.Flags().StringVar(&budget, "budget", "", "collect down to this size (e.g. 10G) instead of the daemon's data_budget")
 	return cmd
 }
 
@@ -69,4 +68,16 @@ func printGC(w io.Writer, rep client.GCReport) {
 		state = "still over the budget: nothing else may be collected"
 	}
 	fmt.Fprintf(w, "%s %d object(s), %s; usage after %s, %s\n", verb, len(rep.Items), humanBytes(rep.FreedBytes), humanBytes(rep.AfterBytes), state)
+}
+
+// sizeFlag reads the size a flag --name gave ("2G"); empty is zero.
+func sizeFlag(name, v string) (client.ByteSize, error) {
+	if v == "" {
+		return 0, nil
+	}
+	b, err := client.ParseByteSize(v)
+	if err != nil {
+		return 0, errdefs.Invalid("--%s: %v", name, err)
+	}
+	return b, nil
 }

@@ -228,9 +228,9 @@ func (c *cli) sandboxRmCmd() *cobra.Command {
 
 func (c *cli) execCmd() *cobra.Command {
 	var req client.Exec
-	var noStdin bool
+	var noStdin, detach bool
 	cmd := &cobra.Command{
-		Use:   "exec WS|SANDBOX [--timeout DUR] [--env K=V]... [--workdir DIR] [-n] (-- CMD ARGS... | --sh 'COMMAND LINE')",
+		Use:   "exec WS|SANDBOX [--detach] [--timeout DUR] [--env K=V]... [--workdir DIR] [-n] (-- CMD ARGS... | --sh 'COMMAND LINE')",
 		Short: "Run a command in a workspace's sandbox; exits with the command's status",
 		Long: "Run a command in a workspace's sandbox; exits with the command's status.\n\n" +
 			"The command is argv after --, run without a shell, or a shell command line with --sh, run as sh -c. " +
@@ -238,7 +238,10 @@ func (c *cli) execCmd() *cobra.Command {
 			"its output (stdout, stderr, each within --max-output, default 1 MiB, at most 16 MiB) and how it ended " +
 			"(exit_code, signal, timed_out, oom, truncated, duration_ms).\n\n" +
 			"When agentbox's stdin is not a terminal (a pipe or a file), it streams to the command, " +
-			"which sees its end: `echo hi | agentbox exec WS -- cat` prints hi. -n gives the command no input.",
+			"which sees its end: `echo hi | agentbox exec WS -- cat` prints hi. -n gives the command no input.\n\n" +
+			"--detach starts the command in the background and prints its process ID (--json: {\"id\": ...}): it runs " +
+			"on until it exits, is killed or its sandbox stops; its input comes from agentbox stdin, not from agentbox's own. " +
+			"See agentbox ps, logs, kill, stdin, wait and port.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case len(args) == 0:
@@ -256,6 +259,9 @@ func (c *cli) execCmd() *cobra.Command {
 			if !noStdin && !isTerminal(c.stdin) {
 				stdin = c.stdin
 			}
+			if detach {
+				return c.runDetached(cmd, args[0], req)
+			}
 			return c.runExec(cmd, args[0], req, stdin)
 		},
 	}
@@ -266,6 +272,7 @@ func (c *cli) execCmd() *cobra.Command {
 	fl.StringVar(&req.Workdir, "workdir", "", "working directory (default /workspace)")
 	fl.Int64Var(&req.MaxOutputBytes, "max-output", 0, "cap stdout and stderr each at this many bytes")
 	fl.BoolVarP(&noStdin, "no-stdin", "n", false, "do not send agentbox's stdin to the command (it reads end of file)")
+	fl.BoolVarP(&detach, "detach", "d", false, "run the command in the background and print its process ID")
 	return cmd
 }
 

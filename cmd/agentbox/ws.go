@@ -45,7 +45,7 @@ func printWorkspace(w io.Writer, ws client.Workspace) {
 
 func (c *cli) wsCreateCmd() *cobra.Command {
 	var req client.CreateWorkspace
-	var from string
+	var from, disk string
 	cmd := &cobra.Command{
 		Use:   "create (--repo URL|ID [--ref REF] | --empty | --from DIR) [--branch NAME] [--task LABEL] [--driver overlay|copy] [--disk SIZE]",
 		Short: "Create a workspace: of a repo at a ref (adding the repo if needed), empty, or from a local directory",
@@ -60,7 +60,7 @@ func (c *cli) wsCreateCmd() *cobra.Command {
                               out; symlinks are kept as symlinks; empty
                               directories are not kept)`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			n := 0
 			for _, set := range []bool{req.Repo != "", req.Empty, from != ""} {
 				if set {
@@ -72,6 +72,9 @@ func (c *cli) wsCreateCmd() *cobra.Command {
 				return errdefs.Invalid("give one of --repo, --empty or --from")
 			case req.Ref != "" && req.Repo == "":
 				return errdefs.Invalid("--ref needs --repo")
+			}
+			if req.Disk, err = sizeFlag("disk", disk); err != nil {
+				return err
 			}
 			cl, err := c.client()
 			if err != nil {
@@ -101,7 +104,7 @@ func (c *cli) wsCreateCmd() *cobra.Command {
 	fl.StringVar(&req.Branch, "branch", "", "the workspace's own branch (default agentbox/<id>)")
 	fl.StringVar(&req.Task, "task", "", "a label for the task this workspace serves")
 	fl.StringVar(&req.Driver, "driver", "", "overlay or copy (default: the daemon's)")
-	fl.StringVar(&req.Disk, "disk", "", `disk quota for what the workspace adds, as "2G" (default: the daemon's workspace_disk_quota)`)
+	fl.StringVar(&disk, "disk", "", `disk quota for what the workspace adds, as "2G" (default: the daemon's workspace_disk_quota)`)
 	return cmd
 }
 
@@ -366,11 +369,15 @@ func firstLine(s string) string {
 
 func (c *cli) wsForkCmd() *cobra.Command {
 	var req client.Fork
+	var disk string
 	cmd := &cobra.Command{
 		Use:   "fork WS [--branch NAME] [--task LABEL] [--disk SIZE]",
 		Short: "Fork a workspace (copies only its own changes) for a parallel attempt",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
+			if req.Disk, err = sizeFlag("disk", disk); err != nil {
+				return err
+			}
 			cl, err := c.client()
 			if err != nil {
 				return err
@@ -386,6 +393,6 @@ func (c *cli) wsForkCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&req.Branch, "branch", "", "the fork's branch (default agentbox/<id>)")
 	cmd.Flags().StringVar(&req.Task, "task", "", "task label (default: the parent's)")
-	cmd.Flags().StringVar(&req.Disk, "disk", "", "the fork's disk quota (default: the parent's)")
+	cmd.Flags().StringVar(&disk, "disk", "", "the fork's disk quota (default: the parent's)")
 	return cmd
 }

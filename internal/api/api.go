@@ -1,6 +1,8 @@
 // Package api serves agentbox's HTTP/JSON API under /v1. It is the one
 // place where error classes become status codes (writeError), and its route
-// table is the single list that both the mux and the OpenAPI test read.
+// table (routes.go) is the single list of routes: the mux serves exactly
+// its entries, and openapi.json is generated from it and the apitypes
+// types (package openapigen).
 package api
 
 import (
@@ -16,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/ids"
 	"github.com/agentbox/agentbox/internal/logx"
@@ -47,59 +50,6 @@ type Server struct {
 	// their own (event follows) end then.
 	closing     chan struct{}
 	closingOnce sync.Once
-}
-
-// route is one entry of the API.
-type route struct {
-	method, path string
-	handler      func(*Server, http.ResponseWriter, *http.Request)
-}
-
-// routes is the whole API. openapi.json must list exactly these.
-var routes = []route{
-	{"GET", "/v1/health", (*Server).health},
-	{"GET", "/v1/openapi.json", (*Server).openapi},
-	{"GET", "/metrics", (*Server).metrics},
-	{"POST", "/v1/repos", (*Server).addRepo},
-	{"GET", "/v1/repos", (*Server).listRepos},
-	{"GET", "/v1/repos/{id}", (*Server).getRepo},
-	{"POST", "/v1/repos/{id}/fetch", (*Server).fetchRepo},
-	{"DELETE", "/v1/repos/{id}", (*Server).removeRepo},
-	{"POST", "/v1/workspaces", (*Server).createWorkspace},
-	{"GET", "/v1/workspaces", (*Server).listWorkspaces},
-	{"GET", "/v1/workspaces/{id}", (*Server).getWorkspace},
-	{"DELETE", "/v1/workspaces/{id}", (*Server).removeWorkspace},
-	{"GET", "/v1/workspaces/{id}/status", (*Server).status},
-	{"GET", "/v1/workspaces/{id}/diff", (*Server).diff},
-	{"POST", "/v1/workspaces/{id}/diff/check", (*Server).checkDiff},
-	{"POST", "/v1/workspaces/{id}/commit", (*Server).commit},
-	{"POST", "/v1/workspaces/{id}/fork", (*Server).fork},
-	{"GET", "/v1/workspaces/{id}/files", (*Server).readFile},
-	{"PUT", "/v1/workspaces/{id}/files", (*Server).writeFile},
-	{"DELETE", "/v1/workspaces/{id}/files", (*Server).removeFile},
-	{"GET", "/v1/workspaces/{id}/files/stat", (*Server).statFile},
-	{"GET", "/v1/workspaces/{id}/files/list", (*Server).listFiles},
-	{"POST", "/v1/workspaces/{id}/files/mkdir", (*Server).mkdir},
-	{"POST", "/v1/workspaces/{id}/files/rename", (*Server).rename},
-	{"POST", "/v1/workspaces/{id}/files/grep", (*Server).grep},
-	{"POST", "/v1/workspaces/{id}/files/edit", (*Server).editFile},
-	{"POST", "/v1/workspaces/{id}/files/find", (*Server).findFiles},
-	{"POST", "/v1/sandboxes", (*Server).createSandbox},
-	{"GET", "/v1/sandboxes", (*Server).listSandboxes},
-	{"GET", "/v1/sandboxes/{id}", (*Server).getSandbox},
-	{"POST", "/v1/sandboxes/{id}/stop", (*Server).stopSandbox},
-	{"DELETE", "/v1/sandboxes/{id}", (*Server).removeSandbox},
-	{"POST", "/v1/sandboxes/{id}/exec", (*Server).exec},
-	{"POST", "/v1/workspaces/{id}/exec", (*Server).exec},
-	{"GET", "/v1/sandboxes/{id}/shell", (*Server).shell},
-	{"GET", "/v1/workspaces/{id}/shell", (*Server).shell},
-	{"GET", "/v1/events", (*Server).events},
-	{"POST", "/v1/gc", (*Server).gc},
-	{"GET", "/v1/usage", (*Server).usage},
-	{"GET", "/v1/sandboxes/{id}/usage", (*Server).sandboxUsage},
-	{"GET", "/v1/secrets", (*Server).listSecrets},
-	{"PUT", "/v1/secrets/{name}", (*Server).setSecret},
-	{"DELETE", "/v1/secrets/{name}", (*Server).removeSecret},
 }
 
 // New returns the API handler over m.
@@ -192,12 +142,7 @@ func (r *statusRecorder) Flush() {
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // ErrorBody is the JSON of every error response.
-type ErrorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
+type ErrorBody = apitypes.ErrorReply
 
 // StatusOf maps an error class to its HTTP status.
 func StatusOf(err error) int {
@@ -224,11 +169,11 @@ func StatusOf(err error) int {
 // and its message without the trailing class word.
 func ErrorOf(err error) ErrorBody { return errorBody(err) }
 
-func errorBody(err error) ErrorBody {
-	var b ErrorBody
-	b.Error.Code = errdefs.Code(err)
-	b.Error.Message = errMessage(err)
-	return b
+func errorBody(err error) ErrorBody { return ErrorBody{Error: *errorDetail(err)} }
+
+// errorDetail is the error part of err's body, as streams send it.
+func errorDetail(err error) *apitypes.ErrorDetail {
+	return &apitypes.ErrorDetail{Code: errdefs.Code(err), Message: errMessage(err)}
 }
 
 // errMessage drops the trailing class word that wrapping appends
@@ -275,5 +220,5 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, 200, map[string]string{"status": "ok", "version": Version, "workspace_driver": s.m.Driver()})
+	writeJSON(w, 200, apitypes.Health{Status: "ok", Version: Version, WorkspaceDriver: s.m.Driver()})
 }

@@ -30,7 +30,7 @@ type fixture struct {
 	m   *manager.Manager
 }
 
-func newFixture(t *testing.T, token string) *fixture {
+func newFixture(t *testing.T, token string, wrap ...func(http.Handler) http.Handler) *fixture {
 	data := t.TempDir()
 	st, err := sqlstore.Open(t.Context(), filepath.Join(data, "agentbox.db"))
 	if err != nil {
@@ -41,7 +41,11 @@ func newFixture(t *testing.T, token string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(m, api.Options{Token: token}))
+	var h http.Handler = api.New(m, api.Options{Token: token})
+	for _, w := range wrap {
+		h = w(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	cl, err := client.New(srv.URL, token)
 	if err != nil {

@@ -47,20 +47,10 @@ type ExecRequest = apitypes.ExecRequest
 // StdinLine is one line of a streamed exec request after the first: a
 // chunk of input as text or as base64, or the end of the input. A body
 // that ends also ends the input.
-type StdinLine struct {
-	Stdin    string `json:"stdin,omitempty"`
-	StdinB64 string `json:"stdin_b64,omitempty"`
-	StdinEOF bool   `json:"stdin_eof,omitempty"`
-}
+type StdinLine = apitypes.StdinLine
 
 // ExecLine is one line of an exec's NDJSON stream.
-type ExecLine struct {
-	Stream  string `json:"stream,omitempty"`
-	Data    string `json:"data,omitempty"`
-	DataB64 string `json:"data_b64,omitempty"`
-	Result  any    `json:"result,omitempty"`
-	Error   any    `json:"error,omitempty"`
-}
+type ExecLine = apitypes.ExecLine
 
 // ExecResult is the last line of an exec stream.
 type ExecResult = apitypes.ExecResult
@@ -121,13 +111,8 @@ func (es *execStream) send(event string, ndjson ExecLine, data any) error {
 
 var errClientGone = errors.New("the client stopped reading the exec stream")
 
-type outputData struct {
-	Data    string `json:"data,omitempty"`
-	DataB64 string `json:"data_b64,omitempty"`
-}
-
 func (es *execStream) output(stream string, b []byte) error {
-	var d outputData
+	var d apitypes.ExecChunk
 	if utf8.Valid(b) {
 		d.Data = string(b)
 	} else {
@@ -136,10 +121,10 @@ func (es *execStream) output(stream string, b []byte) error {
 	return es.send(stream, ExecLine{Stream: stream, Data: d.Data, DataB64: d.DataB64}, d)
 }
 
-func (es *execStream) result(r ExecResult) { es.send("result", ExecLine{Result: r}, r) }
+func (es *execStream) result(r ExecResult) { es.send("result", ExecLine{Result: &r}, r) }
 
 func (es *execStream) fail(err error) {
-	e := errorBody(err).Error
+	e := errorDetail(err)
 	es.send("error", ExecLine{Error: e}, e)
 }
 

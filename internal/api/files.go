@@ -143,7 +143,7 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		s.m.FileChanged(r.Context(), r.PathValue("id"), "removed", p)
-		writeJSON(w, 200, map[string]any{"path": p, "removed": true})
+		writeJSON(w, 200, apitypes.FileRemoved{Path: p, Removed: true})
 		return nil
 	})
 }
@@ -230,13 +230,8 @@ func (s *Server) findFiles(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-type mkdirRequest struct {
-	Path    string `json:"path"`
-	Parents bool   `json:"parents,omitempty"`
-}
-
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
-	var req mkdirRequest
+	var req apitypes.MkdirRequest
 	if err := decode(w, r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -252,13 +247,8 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-type renameRequest struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-}
-
 func (s *Server) rename(w http.ResponseWriter, r *http.Request) {
-	var req renameRequest
+	var req apitypes.RenameRequest
 	if err := decode(w, r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -268,13 +258,13 @@ func (s *Server) rename(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		s.m.FileChanged(r.Context(), r.PathValue("id"), "renamed", req.To, map[string]any{"from": req.From})
-		writeJSON(w, 200, map[string]any{"from": req.From, "to": req.To})
+		writeJSON(w, 200, apitypes.RenameRequest{From: req.From, To: req.To})
 		return nil
 	})
 }
 
 func (s *Server) grep(w http.ResponseWriter, r *http.Request) {
-	var req fileapi.GrepRequest
+	var req apitypes.GrepRequest
 	if err := decode(w, r, &req); err != nil {
 		writeError(w, err)
 		return

@@ -9,29 +9,20 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/store"
-	"github.com/agentbox/agentbox/internal/workspace"
 )
 
-// Workspace is the API view of a workspace: the record plus the host path
-// of its files.
-type Workspace struct {
-	store.Workspace
-	Path string `json:"path"`
-}
-
-func (s *Server) view(w store.Workspace) Workspace {
-	return Workspace{Workspace: w, Path: s.m.FilesPath(w)}
+// view is the API's workspace: the record with the host path of its files.
+func (s *Server) view(w store.Workspace) apitypes.Workspace {
+	w.Path = s.m.FilesPath(w)
+	return w
 }
 
 // --- repos
-
-type repoRequest struct {
-	URL string `json:"url"`
-}
 
 // ndjsonProgress streams git's progress as {"progress": "..."} lines.
 type ndjsonProgress struct {
@@ -58,7 +49,7 @@ func (p *ndjsonProgress) send(v any) {
 func (p *ndjsonProgress) Write(b []byte) (int, error) {
 	for _, line := range strings.FieldsFunc(string(b), func(r rune) bool { return r == '\r' || r == '\n' }) {
 		if line = strings.TrimSpace(line); line != "" {
-			p.send(map[string]string{"progress": line})
+			p.send(apitypes.RepoProgress{Progress: line})
 		}
 	}
 	return len(b), nil
@@ -68,14 +59,8 @@ func wantsStream(r *http.Request) bool {
 	return strings.Contains(r.Header.Get("Accept"), "application/x-ndjson")
 }
 
-// RepoResult is the reply to an add: the repo and whether it was cloned now.
-type RepoResult struct {
-	store.Repo
-	Cloned bool `json:"cloned"`
-}
-
 func (s *Server) addRepo(w http.ResponseWriter, r *http.Request) {
-	var req repoRequest
+	var req apitypes.AddRepoRequest
 	if err := decode(w, r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -84,10 +69,10 @@ func (s *Server) addRepo(w http.ResponseWriter, r *http.Request) {
 		p := newNDJSON(w)
 		repo, cloned, err := s.m.AddRepo(r.Context(), req.URL, p)
 		if err != nil {
-			p.send(errorBody(err))
+			p.send(apitypes.RepoProgress{Error: errorDetail(err)})
 			return
 		}
-		p.send(map[string]any{"result": RepoResult{repo, cloned}})
+		p.send(apitypes.RepoProgress{Result: &apitypes.RepoResult{Repo: repo, Cloned: cloned}})
 		return
 	}
 	repo, cloned, err := s.m.AddRepo(r.Context(), req.URL, nil)
@@ -99,7 +84,7 @@ func (s *Server) addRepo(w http.ResponseWriter, r *http.Request) {
 	if cloned {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, RepoResult{repo, cloned})
+	writeJSON(w, status, apitypes.RepoResult{Repo: repo, Cloned: cloned})
 }
 
 func (s *Server) listRepos(w http.ResponseWriter, r *http.Request) {
@@ -108,7 +93,10 @@ func (s *Server) listRepos(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, map[string]any{"repos": repos})
+	if repos == nil {
+		repos = []apitypes.Repo{}
+	}
+	writeJSON(w, 200, apitypes.RepoList{Repos: repos})
 }
 
 func (s *Server) getRepo(w http.ResponseWriter, r *http.Request) {
@@ -121,7 +109,7 @@ func (s *Server) getRepo(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) fetchRepo(w http.ResponseWriter, r *http.Request) {
-	var req repoRequest
+	var req apitypes.FetchRepoRequest
 	if r.ContentLength != 0 {
 		if err := decode(w, r, &req); err != nil {
 			writeError(w, err)
@@ -132,10 +120,10 @@ func (s *Server) fetchRepo(w http.ResponseWriter, r *http.Request) {
 		p := newNDJSON(w)
 		repo, err := s.m.FetchRepo(r.Context(), r.PathValue("id"), req.URL, p)
 		if err != nil {
-			p.send(errorBody(err))
+			p.send(apitypes.RepoProgress{Error: errorDetail(err)})
 			return
 		}
-		p.send(map[string]any{"result": RepoResult{Repo: repo}})
+		p.send(apitypes.RepoProgress{Result: &apitypes.RepoResult{Repo: repo}})
 		return
 	}
 	repo, err := s.m.FetchRepo(r.Context(), r.PathValue("id"), req.URL, nil)
@@ -143,7 +131,7 @@ func (s *Server) fetchRepo(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, RepoResult{Repo: repo})
+	writeJSON(w, 200, apitypes.RepoResult{Repo: repo})
 }
 
 func boolParam(r *http.Request, name string) (bool, error) {
@@ -174,7 +162,7 @@ func (s *Server) removeRepo(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, map[string]any{"id": repo.ID, "removed": true})
+	writeJSON(w, 200, apitypes.Removed{ID: repo.ID, Removed: true})
 }
 
 // --- workspaces
@@ -253,11 +241,11 @@ func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := make([]Workspace, 0, len(wss))
+	out := make([]apitypes.Workspace, 0, len(wss))
 	for _, ws := range wss {
 		out = append(out, s.view(ws))
 	}
-	writeJSON(w, 200, map[string]any{"workspaces": out})
+	writeJSON(w, 200, apitypes.WorkspaceList{Workspaces: out})
 }
 
 func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) {
@@ -275,7 +263,7 @@ func (s *Server) removeWorkspace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, map[string]any{"id": id, "removed": true})
+	writeJSON(w, 200, apitypes.Removed{ID: id, Removed: true})
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
@@ -285,13 +273,6 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, st)
-}
-
-// DiffResult carries a unified diff.
-type DiffResult struct {
-	ID         string `json:"id"`
-	BaseCommit string `json:"base_commit"`
-	Diff       string `json:"diff"`
 }
 
 func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
@@ -306,16 +287,11 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, DiffResult{ID: id, BaseCommit: ws.BaseCommit, Diff: string(d)})
-}
-
-type commitRequest struct {
-	Message string            `json:"message"`
-	Author  *workspace.Author `json:"author,omitempty"`
+	writeJSON(w, 200, apitypes.Diff{ID: id, BaseCommit: ws.BaseCommit, Diff: string(d)})
 }
 
 func (s *Server) commit(w http.ResponseWriter, r *http.Request) {
-	var req commitRequest
+	var req apitypes.CommitRequest
 	if err := decode(w, r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -381,7 +357,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, map[string]any{"events": ev})
+	if ev == nil {
+		ev = []apitypes.Event{}
+	}
+	writeJSON(w, 200, apitypes.EventList{Events: ev})
 }
 
 // lazyWriter commits a 200 with the given content type on the first byte,

@@ -1,26 +1,28 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 )
 
-// SandboxRequest asks for a sandbox on a workspace.
-type SandboxRequest struct {
-	Workspace string         `json:"workspace"`
-	Backend   string         `json:"backend,omitempty"`
-	Image     string         `json:"image,omitempty"`
-	Limits    sandbox.Limits `json:"limits,omitempty"`
-	// Lifetime is a Go duration ("2h"); empty means none.
-	Lifetime string `json:"lifetime,omitempty"`
-	// Policy is the sandbox's policy document, read strictly by
-	// policy.Parse (unknown fields are errors); none means no network.
-	Policy json.RawMessage `json:"policy,omitempty"`
+// SandboxRequest asks for a sandbox on a workspace; its policy is read
+// strictly by policy.Parse.
+type SandboxRequest = apitypes.SandboxRequest
+
+// sandboxView is the API's sandbox: the record without what only the
+// daemon keeps (the guest's token hash).
+func sandboxView(sb store.Sandbox) apitypes.Sandbox {
+	return apitypes.Sandbox{
+		ID: sb.ID, WorkspaceID: sb.WorkspaceID, Backend: sb.Backend, BackendRef: sb.BackendRef,
+		Image: sb.Image, Spec: sb.Spec, State: sb.State, Replaces: sb.Replaces,
+		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, LastActivityAt: sb.LastActivityAt,
+	}
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
@@ -29,7 +31,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	spec := sandbox.Spec{Backend: req.Backend, Image: req.Image, Limits: req.Limits}
+	spec := sandbox.Spec{Backend: req.Backend, Image: req.Image, Limits: sandbox.Limits(req.Limits)}
 	if req.Lifetime != "" {
 		d, err := time.ParseDuration(req.Lifetime)
 		if err != nil {
@@ -51,7 +53,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, sb)
+	writeJSON(w, http.StatusCreated, sandboxView(sb))
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +62,11 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, map[string]any{"sandboxes": sbs})
+	out := make([]apitypes.Sandbox, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, sandboxView(sb))
+	}
+	writeJSON(w, 200, apitypes.SandboxList{Sandboxes: out})
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +75,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, sb)
+	writeJSON(w, 200, sandboxView(sb))
 }
 
 func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) {
@@ -78,7 +84,7 @@ func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, sb)
+	writeJSON(w, 200, sandboxView(sb))
 }
 
 func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request) {
@@ -87,5 +93,5 @@ func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, map[string]any{"id": id, "removed": true})
+	writeJSON(w, 200, apitypes.Removed{ID: id, Removed: true})
 }

@@ -3,14 +3,12 @@ package api
 import (
 	"net/http"
 
-	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/apitypes"
 )
 
 // SecretRequest sets a secret's value. The value never comes back: no
 // endpoint returns it, and the event log records only the name.
-type SecretRequest struct {
-	Value string `json:"value"`
-}
+type SecretRequest = apitypes.SecretRequest
 
 func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 	var req SecretRequest
@@ -23,7 +21,7 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": name, "name": name, "set": true})
+	writeJSON(w, http.StatusOK, apitypes.SecretSet{ID: name, Name: name, Set: true})
 }
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
@@ -32,10 +30,11 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if list == nil {
-		list = []store.SealedSecret{}
+	out := make([]apitypes.SecretInfo, 0, len(list))
+	for _, s := range list {
+		out = append(out, apitypes.SecretInfo{Name: s.Name, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"secrets": list})
+	writeJSON(w, http.StatusOK, apitypes.SecretList{Secrets: out})
 }
 
 func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
@@ -44,5 +43,5 @@ func (s *Server) removeSecret(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": name, "removed": true})
+	writeJSON(w, http.StatusOK, apitypes.Removed{ID: name, Removed: true})
 }

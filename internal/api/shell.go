@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/manager"
@@ -26,30 +27,8 @@ const (
 	shellPing = 30 * time.Second
 )
 
-// ShellControl is a text message of a shell WebSocket. The client sends
-// "resize" (rows, cols); the server sends "started" (exec_id, sandbox_id,
-// replaced) first, "error" (message) for a control message it refused, and
-// "exit" (exit_code, signal, ...) just before it closes.
-type ShellControl struct {
-	Type string `json:"type"`
-	// Rows and Cols are the terminal's new size (resize).
-	Rows uint16 `json:"rows,omitempty"`
-	Cols uint16 `json:"cols,omitempty"`
-	// ExecID, SandboxID and Replaced say where the session runs (started,
-	// exit).
-	ExecID    string `json:"exec_id,omitempty"`
-	SandboxID string `json:"sandbox_id,omitempty"`
-	Replaced  bool   `json:"replaced,omitempty"`
-	// ExitCode, Signal, TimedOut, Canceled, Lost and DurationMS say how the
-	// command ended (exit).
-	ExitCode   *int  `json:"exit_code,omitempty"`
-	Signal     int   `json:"signal,omitempty"`
-	Canceled   bool  `json:"canceled,omitempty"`
-	Lost       bool  `json:"lost,omitempty"`
-	DurationMS int64 `json:"duration_ms,omitempty"`
-	// Message explains an error.
-	Message string `json:"message,omitempty"`
-}
+// ShellControl is a text message of a shell WebSocket.
+type ShellControl = apitypes.ShellControl
 
 // shellRequest reads a shell's query parameters: argv (repeated; default
 // /bin/sh), env (repeated KEY=VALUE), workdir, rows, cols.

@@ -76,7 +76,9 @@ type sandboxFixture struct {
 	serverLog *syncBuffer
 }
 
-func newSandboxFixture(t *testing.T) *sandboxFixture {
+// newSandboxFixture serves the API over the docker backend; wrap, if
+// given, wraps the API's handler (the OpenAPI checks see every exchange).
+func newSandboxFixture(t *testing.T, wrap ...func(http.Handler) http.Handler) *sandboxFixture {
 	t.Helper()
 	skip := func(reason string) {
 		if os.Getenv("AGENTBOX_REQUIRE_SETUP") == "1" {
@@ -110,7 +112,11 @@ func newSandboxFixture(t *testing.T) *sandboxFixture {
 		t.Fatal(err)
 	}
 	serverLog := &syncBuffer{}
-	srv := httptest.NewUnstartedServer(api.New(m, api.Options{}))
+	var h http.Handler = api.New(m, api.Options{})
+	for _, w := range wrap {
+		h = w(h)
+	}
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ErrorLog = log.New(serverLog, "", 0)
 	srv.Start()
 	t.Cleanup(srv.Close)

@@ -4,34 +4,15 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// TaskUsage is what the workspaces of one task label used (see
-// manager.Usage for what is counted).
-type TaskUsage struct {
-	Task            string  `json:"task"`
-	Workspaces      int64   `json:"workspaces"`
-	Execs           int64   `json:"execs"`
-	CPUSeconds      float64 `json:"cpu_seconds"`
-	PeakMemBytes    int64   `json:"peak_mem_bytes"`
-	WallSeconds     float64 `json:"wall_seconds"`
-	OutputBytes     int64   `json:"output_bytes"`
-	EgressBytes     int64   `json:"egress_bytes"`
-	EgressBytesUp   int64   `json:"egress_bytes_up"`
-	EgressBytesDown int64   `json:"egress_bytes_down"`
-}
-
-// UsageReply is the reply of GET /v1/usage.
-type UsageReply struct {
-	// Since echoes the window's start; absent for all time.
-	Since *time.Time  `json:"since,omitempty"`
-	Tasks []TaskUsage `json:"tasks"`
-}
-
-func taskUsage(u store.TaskUsage) TaskUsage {
-	return TaskUsage{Task: u.Task, Workspaces: u.Workspaces, Execs: u.Execs,
+// taskUsage is the API's view of one task's usage (see manager.Usage for
+// what is counted): times in seconds, egress summed as well.
+func taskUsage(u store.TaskUsage) apitypes.TaskUsage {
+	return apitypes.TaskUsage{Task: u.Task, Workspaces: u.Workspaces, Execs: u.Execs,
 		CPUSeconds: time.Duration(u.CPUNanos).Seconds(), PeakMemBytes: u.PeakMemBytes,
 		WallSeconds: time.Duration(u.WallNanos).Seconds(), OutputBytes: u.OutputBytes,
 		EgressBytes: u.EgressBytesUp + u.EgressBytesDown, EgressBytesUp: u.EgressBytesUp, EgressBytesDown: u.EgressBytesDown}
@@ -42,7 +23,7 @@ func taskUsage(u store.TaskUsage) TaskUsage {
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.UsageFilter{Task: q.Get("task")}
-	var reply UsageReply
+	var reply apitypes.Usage
 	if v := q.Get("since"); v != "" {
 		t, err := ParseSince(v, time.Now())
 		if err != nil {
@@ -57,7 +38,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	reply.Tasks = make([]TaskUsage, 0, len(us))
+	reply.Tasks = make([]apitypes.TaskUsage, 0, len(us))
 	for _, u := range us {
 		reply.Tasks = append(reply.Tasks, taskUsage(u))
 	}

@@ -3,12 +3,19 @@
 // them, the Go client (client/) re-exports them as aliases, and the MCP
 // server returns them as structured output. The domain packages that
 // compute them (manager, fileapi) return these types, so that a field is
-// declared once and cannot drift between the server and its clients.
+// declared once and cannot drift between the server and its clients. The
+// store keeps the records that are the API's own (Repo, Workspace, Event,
+// SandboxUsage) as these types; the server converts the others (a
+// sandbox's record holds a token hash the API never shows).
+//
+// internal/api/openapi.json is generated from these types and the API's
+// route table (go generate ./internal/api): field names, types, which
+// fields are always present (no omitempty), the values an `enum` tag
+// lists, and each type's and field's doc comment. A `schema` tag names
+// the component a json.RawMessage field holds (a policy document is read
+// strictly by package policy, not by encoding/json).
 //
 // The package depends on nothing of agentbox: it is the innermost layer.
-// Types that the server still declares elsewhere (repos, workspaces,
-// sandboxes, grep) move here as the OpenAPI document is generated from
-// this package (issue 12, item 8).
 package apitypes
 
 import "time"
@@ -86,8 +93,8 @@ type EditRequest struct {
 	// Old is the exact text to replace (whitespace and line ends
 	// included); it must not be empty.
 	Old string `json:"old"`
-	// New replaces it; empty deletes it.
-	New string `json:"new"`
+	// New replaces it; empty (or absent) deletes it.
+	New string `json:"new,omitempty"`
 	// All replaces every occurrence; without it Old must occur exactly
 	// once.
 	All bool `json:"all,omitempty"`
@@ -231,4 +238,119 @@ func (o ExecOutput) Result() ExecResult {
 		StdoutBytes: o.StdoutBytes, StderrBytes: o.StderrBytes, DurationMS: o.DurationMS,
 		CPUNanos: o.CPUNanos, PeakMemBytes: o.PeakMemBytes,
 	}
+}
+
+// FileRemoved is the reply to a file removal.
+type FileRemoved struct {
+	Path    string `json:"path"`
+	Removed bool   `json:"removed"`
+}
+
+// MkdirRequest makes a directory.
+type MkdirRequest struct {
+	Path string `json:"path"`
+	// Parents makes missing parent directories too.
+	Parents bool `json:"parents,omitempty"`
+}
+
+// RenameRequest moves a path within the workspace; the reply repeats it.
+type RenameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// GrepRequest is one bounded content search over a subtree of the
+// workspace.
+type GrepRequest struct {
+	// Pattern is a regular expression in RE2 syntax.
+	Pattern string `json:"pattern"`
+	// Path is the subtree or single file searched, default the root.
+	Path string `json:"path,omitempty"`
+	// IgnoreCase matches case-insensitively.
+	IgnoreCase bool `json:"ignore_case,omitempty"`
+	// MaxMatches stops the search (default 1000, at most 10000).
+	MaxMatches int `json:"max_matches,omitempty"`
+	// MaxFileBytes skips larger files (default 4 MiB).
+	MaxFileBytes int64 `json:"max_file_bytes,omitempty"`
+	// IncludeGit searches .git directories too.
+	IncludeGit bool `json:"include_git,omitempty"`
+}
+
+// GrepMatch is one matching line.
+type GrepMatch struct {
+	// Path is the file's path relative to the workspace.
+	Path string `json:"path"`
+	// Line is the 1-based line number.
+	Line int `json:"line"`
+	// Text is the line without its newline, cut to 512 bytes.
+	Text string `json:"text"`
+}
+
+// GrepResult is what a search found, in name order.
+type GrepResult struct {
+	Matches []GrepMatch `json:"matches"`
+	// FilesScanned counts the text files whose contents were searched.
+	FilesScanned int `json:"files_scanned"`
+	// Truncated says the search stopped early: at MaxMatches, at the walk
+	// budget (100000 entries), below the depth limit (256), or because
+	// its time ran out.
+	Truncated bool `json:"truncated"`
+}
+
+// --- exec streams
+
+// StdinLine is one line of a streamed exec request (Content-Type:
+// application/x-ndjson) after the first: a chunk of input as text or as
+// base64, or the end of the input. A body that ends also ends the input.
+type StdinLine struct {
+	Stdin    string `json:"stdin,omitempty"`
+	StdinB64 string `json:"stdin_b64,omitempty"`
+	StdinEOF bool   `json:"stdin_eof,omitempty"`
+}
+
+// ExecLine is one line of an exec's NDJSON stream: output as it comes
+// (Stream with Data, or DataB64 for bytes that are not UTF-8), then one
+// line with the Result, or with an Error if the exec failed.
+type ExecLine struct {
+	// Stream is stdout or stderr on an output line.
+	Stream  string       `json:"stream,omitempty" enum:"stdout,stderr"`
+	Data    string       `json:"data,omitempty"`
+	DataB64 string       `json:"data_b64,omitempty"`
+	Result  *ExecResult  `json:"result,omitempty"`
+	Error   *ErrorDetail `json:"error,omitempty"`
+}
+
+// ExecChunk is the data of an SSE stdout or stderr event: output as text,
+// or as base64 when it is not UTF-8.
+type ExecChunk struct {
+	Data    string `json:"data,omitempty"`
+	DataB64 string `json:"data_b64,omitempty"`
+}
+
+// --- shell
+
+// ShellControl is a text message of a shell WebSocket (binary messages
+// carry the terminal's bytes both ways). The client sends "resize" (rows,
+// cols); the server sends "started" (exec_id, sandbox_id, replaced) first,
+// "error" (message) for a control message it refused, and "exit"
+// (exit_code, signal, ...) just before it closes.
+type ShellControl struct {
+	Type string `json:"type" enum:"resize,started,error,exit"`
+	// Rows and Cols are the terminal's new size (resize).
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	// ExecID, SandboxID and Replaced say where the session runs (started,
+	// exit).
+	ExecID    string `json:"exec_id,omitempty"`
+	SandboxID string `json:"sandbox_id,omitempty"`
+	Replaced  bool   `json:"replaced,omitempty"`
+	// ExitCode, Signal, TimedOut, Canceled, Lost and DurationMS say how the
+	// command ended (exit).
+	ExitCode   *int  `json:"exit_code,omitempty"`
+	Signal     int   `json:"signal,omitempty"`
+	Canceled   bool  `json:"canceled,omitempty"`
+	Lost       bool  `json:"lost,omitempty"`
+	DurationMS int64 `json:"duration_ms,omitempty"`
+	// Message explains an error.
+	Message string `json:"message,omitempty"`
 }

@@ -13,6 +13,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
 
@@ -44,33 +45,12 @@ type Options struct {
 	KnownSecrets []string
 }
 
-// Report is the outcome of a check.
-type Report struct {
-	// OK is true when nothing was found.
-	OK bool `json:"ok"`
-	// OutsideWritable are the changed paths the policy does not let the
-	// sandbox change, by path.
-	OutsideWritable []PathFinding `json:"outside_writable"`
-	// Secrets are the added lines that look like secrets, by path, then
-	// line, then column.
-	Secrets []SecretFinding `json:"secrets"`
-	// Truncated says a list was cut at MaxFindings.
-	Truncated bool `json:"truncated,omitempty"`
-}
+// Report is the outcome of a check, the API's apitypes.DiffReport: Check
+// leaves its ID, the workspace's, to the caller.
+type Report = apitypes.DiffReport
 
 // PathFinding is one changed path outside the writable paths.
-type PathFinding struct {
-	// Path is relative to the workspace.
-	Path string `json:"path"`
-	// Status is the change: A, M, D, T from the change list, or R when
-	// only the diff shows the path, as one side of a rename.
-	Status string `json:"status"`
-	// RenamedFrom is set when Path is the new name of a renamed file.
-	RenamedFrom string `json:"renamed_from,omitempty"`
-	// RenamedTo is set when Path is the old name of a renamed file: the
-	// rename removes it, which is a change too.
-	RenamedTo string `json:"renamed_to,omitempty"`
-}
+type PathFinding = apitypes.PathFinding
 
 // Kinds of secret findings.
 const (
@@ -85,19 +65,9 @@ const (
 	KindKnownSecret        = "known-secret"
 )
 
-// SecretFinding is one added line that looks like it holds a secret.
-type SecretFinding struct {
-	// Path is the file's path after the change.
-	Path string `json:"path"`
-	// Line is the line number in the new file, from 1.
-	Line int `json:"line"`
-	// Column is the byte offset of the match in the line, from 1.
-	Column int `json:"column"`
-	// Kind is one of the Kind constants.
-	Kind string `json:"kind"`
-	// Excerpt is the match redacted by Redact: never the whole value.
-	Excerpt string `json:"excerpt"`
-}
+// SecretFinding is one added line that looks like it holds a secret;
+// its Kind is one of the Kind constants, its Excerpt redacted by Redact.
+type SecretFinding = apitypes.SecretFinding
 
 // Check judges changes and the unified diff from the same workspace. Paths
 // come from both: the change list names every changed path, and the diff

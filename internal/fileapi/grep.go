@@ -11,36 +11,18 @@ import (
 	"regexp"
 	"unicode/utf8"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
-// GrepRequest is one search over a subtree of the workspace.
-type GrepRequest struct {
-	Pattern      string `json:"pattern"`                  // RE2 syntax (package regexp)
-	Path         string `json:"path,omitempty"`           // subtree or single file, default "."
-	IgnoreCase   bool   `json:"ignore_case,omitempty"`    // match case-insensitively
-	MaxMatches   int    `json:"max_matches,omitempty"`    // default 1000, at most 10000
-	MaxFileBytes int64  `json:"max_file_bytes,omitempty"` // larger files are skipped; default 4 MiB, at most MaxReadBytes
-	IncludeGit   bool   `json:"include_git,omitempty"`    // search .git directories too
-}
-
-// GrepMatch is one matching line.
-type GrepMatch struct {
-	Path string `json:"path"` // workspace-relative path of the file
-	Line int    `json:"line"` // 1-based line number
-	Text string `json:"text"` // the line without its newline, cut to 512 bytes
-}
-
-// GrepResult is the outcome of a Grep.
-type GrepResult struct {
-	Matches []GrepMatch `json:"matches"`
-	// FilesScanned counts the text files whose contents were searched.
-	FilesScanned int `json:"files_scanned"`
-	// Truncated reports that the search stopped early: at MaxMatches, at
-	// the walk budget (100000 entries), below the depth limit (256), or
-	// because ctx ended.
-	Truncated bool `json:"truncated"`
-}
+// GrepRequest is one search over a subtree of the workspace; GrepMatch
+// one matching line; GrepResult the outcome of a Grep (package apitypes
+// documents their fields).
+type (
+	GrepRequest = apitypes.GrepRequest
+	GrepMatch   = apitypes.GrepMatch
+	GrepResult  = apitypes.GrepResult
+)
 
 // Grep searches the regular text files under req.Path for lines matching
 // req.Pattern, in name order. It never follows a symlink (a symlinked file

@@ -49,6 +49,10 @@ const (
 	// FrameWindow (either way) grants the peer credit to send more data on
 	// one channel of a stream.
 	FrameWindow
+	// FrameDial (d->g) opens a new stream that relays one TCP connection
+	// to a port on the sandbox's loopback (a big-endian uint16): see Conn.
+	// OpenPort for how the stream's frames carry it.
+	FrameDial
 
 	frameTypeEnd
 )
@@ -100,6 +104,7 @@ var frameRules = [frameTypeEnd]frameRule{
 	FramePing:       {"ping", 8, 8, 0},
 	FramePong:       {"pong", 8, 8, 0},
 	FrameWindow:     {"window", 5, 5, 1},
+	FrameDial:       {"dial", 2, 2, 1},
 }
 
 func (t FrameType) String() string {

@@ -8,8 +8,8 @@ import (
 )
 
 // ProtocolVersion is the version of the frame protocol; both ends must speak
-// the same one.
-const ProtocolVersion uint16 = 1
+// the same one. Version 2 added FrameDial.
+const ProtocolVersion uint16 = 2
 
 // Channel is one direction of data on a stream, the unit of flow control.
 type Channel uint8
@@ -315,6 +315,21 @@ func DecodeU32(p []byte) (uint32, error) {
 		return 0, fmt.Errorf("%w: want 4 bytes, got %d", ErrProtocol, len(p))
 	}
 	return binary.BigEndian.Uint32(p), nil
+}
+
+// EncodePort encodes a FrameDial payload.
+func EncodePort(port uint16) []byte { return binary.BigEndian.AppendUint16(nil, port) }
+
+// DecodePort decodes a FrameDial payload: a port, never 0.
+func DecodePort(p []byte) (uint16, error) {
+	if len(p) != 2 {
+		return 0, fmt.Errorf("%w: want 2 bytes, got %d", ErrProtocol, len(p))
+	}
+	port := binary.BigEndian.Uint16(p)
+	if port == 0 {
+		return 0, fmt.Errorf("%w: port 0", ErrInvalid)
+	}
+	return port, nil
 }
 
 // encoder builds payloads.

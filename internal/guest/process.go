@@ -80,9 +80,36 @@ func (c *Conn) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdo
 	if err := req.Validate(); err != nil {
 		return nil, fmt.Errorf("exec %q: %w", firstArg(req.Argv), err)
 	}
+	return c.start(ctx, FrameOpen, EncodeExecRequest(&req), req.Argv[0], req, stdin, stdout, stderr)
+}
+
+// OpenPort connects, through the guest, to TCP port on the sandbox's own
+// loopback (127.0.0.1) and relays rw over that connection: what is read
+// from rw goes to the sandbox's server, what the server sends is written
+// to rw. It returns once the guest has connected (or could not, with a
+// *StartError); Wait then waits for the relay to end.
+//
+// The stream is an exec stream with FrameDial instead of FrameOpen: the
+// guest answers FrameStarted (pid 0) or FrameError; the client's bytes go
+// as stdin (its end of input, FrameStdinClose, half-closes the
+// connection), the server's as stdout, both under the same flow control
+// as a command's; FrameKill closes the connection, and FrameExit (exit 0)
+// says the server's side ended, which ends the relay. The caller closes
+// rw once Wait returns, which ends a Read of rw still under way.
+func (c *Conn) OpenPort(ctx context.Context, port uint16, rw io.ReadWriter) (*Process, error) {
+	if port == 0 {
+		return nil, fmt.Errorf("%w: port 0", ErrInvalid)
+	}
+	name := fmt.Sprintf("port %d", port)
+	return c.start(ctx, FrameDial, EncodePort(port), name, ExecRequest{Argv: []string{name}}, rw, rw, nil)
+}
+
+// start opens a stream with frame open (FrameOpen or FrameDial) carrying
+// payload, and waits for the guest's answer.
+func (c *Conn) start(ctx context.Context, open FrameType, payload []byte, argv0 string, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (*Process, error) {
 	p := &Process{
 		c:       c,
-		argv0:   req.Argv[0],
+		argv0:   argv0,
 		req:     req,
 		start:   time.Now(),
 		stdin:   NewCredit(InitialWindow),
@@ -92,13 +119,12 @@ func (c *Conn) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdo
 	for i, w := range []io.Writer{stdout, stderr} {
 		p.out[i] = newOutQueue(w)
 	}
-	open := EncodeExecRequest(&req)
 	c.openMu.Lock()
 	if err := c.register(p); err != nil {
 		c.openMu.Unlock()
 		return nil, fmt.Errorf("exec %q: %w: %w", p.argv0, err, ErrNotSent)
 	}
-	err := c.w.WriteFrame(FrameOpen, p.id, open)
+	err := c.w.WriteFrame(open, p.id, payload)
 	c.openMu.Unlock()
 	for i, q := range p.out {
 		ch := Channel(i + 1)
@@ -170,6 +196,18 @@ func (p *Process) Signal(sig syscall.Signal) error {
 func (p *Process) Kill() error {
 	return p.send(FrameKill, []byte{byte(syscall.SIGKILL)})
 }
+
+// SignalTree sends sig to every process of the command's tree; SIGKILL
+// ends the command, as Kill does.
+func (p *Process) SignalTree(sig syscall.Signal) error {
+	if sig <= 0 || sig > 64 {
+		return fmt.Errorf("%w: signal %d", ErrInvalid, sig)
+	}
+	return p.send(FrameKill, []byte{byte(sig)})
+}
+
+// Done is closed once the command has ended (or was lost).
+func (p *Process) Done() <-chan struct{} { return p.done }
 
 func (p *Process) send(t FrameType, payload []byte) error {
 	select {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/diskusage"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/mountinfo"
@@ -61,44 +62,12 @@ type GCRequest struct {
 	Budget int64 `json:"budget,omitempty"`
 }
 
-// GCItem is one object the collector removed, or would remove.
-type GCItem struct {
-	// Tier is one of the Tier constants; Kind one of the GC kinds.
-	Tier int    `json:"tier"`
-	Kind string `json:"kind"`
-	// ID is the object's ID (a sandbox, pristine, repo or workspace).
-	ID string `json:"id"`
-	// Bytes is what removing it frees: its allocated blocks that nothing
-	// outside it links to.
-	Bytes int64 `json:"bytes"`
-	// Reason says why it may go.
-	Reason string `json:"reason"`
-	// Removed is true once it is gone (never in a dry run).
-	Removed bool `json:"removed"`
-	// Error is why a removal that was tried failed.
-	Error string `json:"error,omitempty"`
-}
+// GCItem is one object the collector removed, or would remove; Tier is
+// one of the Tier constants, Kind one of the GC kinds.
+type GCItem = apitypes.GCItem
 
 // GCReport is the outcome of one collection.
-type GCReport struct {
-	DryRun bool `json:"dry_run"`
-	// BudgetBytes is the budget the run collected down to.
-	BudgetBytes int64 `json:"budget_bytes"`
-	// UsageBytes is the data dir's usage when the run began, measured
-	// as Method says (diskusage.MethodWalk or MethodStatfs).
-	UsageBytes int64  `json:"usage_bytes"`
-	Method     string `json:"method"`
-	// FreedBytes is the sum of the items' bytes.
-	FreedBytes int64 `json:"freed_bytes"`
-	// AfterBytes is the usage at the end: measured again after a real
-	// run, UsageBytes - FreedBytes for a dry run.
-	AfterBytes int64 `json:"after_bytes"`
-	// UnderBudget says whether AfterBytes is within the budget.
-	UnderBudget bool `json:"under_budget"`
-	// Items are the removals in the order they were made (or would be):
-	// tier by tier, and within a tier least recently used first.
-	Items []GCItem `json:"items"`
-}
+type GCReport = apitypes.GCReport
 
 // errGCSkip says a candidate no longer qualifies when looked at again
 // under its lock (used since, changed since): it is left alone.

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/archive"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
@@ -160,6 +161,8 @@ type Manager struct {
 	// live holds the guest connections of running sandboxes, by ID.
 	liveMu sync.Mutex
 	live   map[string]*live
+	// procs holds the background processes (process.go).
+	procs procTable
 	// attachMu makes checking and making a mount one step, so that two
 	// operations never stack two overlays on one workspace and a removal
 	// never races a re-mount.
@@ -362,24 +365,7 @@ func (m *Manager) RemoveRepo(ctx context.Context, idOrURL string, force bool) er
 // --- workspaces
 
 // CreateRequest asks for a new workspace.
-type CreateRequest struct {
-	// Repo is a repo ID or a URL (added to the cache if needed).
-	Repo string `json:"repo,omitempty"`
-	// Empty asks for a scratch workspace instead: a fresh repository
-	// holding one empty commit (no Repo, no Ref).
-	Empty bool `json:"empty,omitempty"`
-	// Ref is a branch, tag or commit; empty means the default branch.
-	Ref string `json:"ref,omitempty"`
-	// Branch is the workspace's own branch; default agentbox/<id>.
-	Branch string `json:"branch,omitempty"`
-	// Task is a free-form label.
-	Task string `json:"task,omitempty"`
-	// Driver overrides the default driver ("overlay" or "copy").
-	Driver string `json:"driver,omitempty"`
-	// Disk is the workspace's disk quota ("2G"); empty: the daemon's
-	// default. What the workspace adds to its base stops there (ENOSPC).
-	Disk policy.ByteSize `json:"disk,omitempty"`
-}
+type CreateRequest = apitypes.CreateWorkspaceRequest
 
 func validTask(task string) error {
 	if len(task) > 200 {
@@ -704,6 +690,7 @@ func (m *Manager) RemoveWorkspace(ctx context.Context, id string) error {
 	m.locksMu.Lock()
 	delete(m.locks, id)
 	m.locksMu.Unlock()
+	m.forgetProcesses(id)
 	m.event(ctx, store.Event{Type: "workspace.removed", RepoID: w.RepoID, WorkspaceID: id}, nil)
 	m.log.InfoContext(ctx, "workspace removed", KeyWorkspace, id)
 	m.dropUploadRepo(ctx, w.RepoID)
@@ -753,13 +740,7 @@ func (m *Manager) finishRemove(ctx context.Context, w store.Workspace) error {
 }
 
 // ForkRequest asks for a copy of a workspace.
-type ForkRequest struct {
-	Branch string `json:"branch,omitempty"`
-	Task   string `json:"task,omitempty"`
-	// Disk is the fork's disk quota; empty: the parent's (or, if it has
-	// none, the daemon's default). The parent's own changes must fit.
-	Disk policy.ByteSize `json:"disk,omitempty"`
-}
+type ForkRequest = apitypes.ForkRequest
 
 // ForkWorkspace makes an independent copy of workspace id, copying only
 // its own changes (overlay), on a new branch at the parent's head.
@@ -944,16 +925,7 @@ func (m *Manager) git(w store.Workspace, drv workspace.Driver) workspace.Git {
 }
 
 // Status describes a workspace's files relative to its base.
-type Status struct {
-	ID         string             `json:"id"`
-	Branch     string             `json:"branch"`
-	Head       string             `json:"head"`
-	BaseCommit string             `json:"base_commit"`
-	Dirty      bool               `json:"dirty"`
-	Changes    []workspace.Change `json:"changes"`
-	// Disk is the usage of the workspace's quota, when it has one.
-	Disk *workspace.Usage `json:"disk,omitempty"`
-}
+type Status = apitypes.Status
 
 // Status lists what changed since the base commit.
 func (m *Manager) Status(ctx context.Context, id string) (Status, error) {
@@ -1022,11 +994,7 @@ func (m *Manager) Diff(ctx context.Context, id string, paths []string) ([]byte, 
 }
 
 // CommitResult is what a commit made.
-type CommitResult struct {
-	ID     string `json:"id"`
-	Commit string `json:"commit"`
-	Branch string `json:"branch"`
-}
+type CommitResult = apitypes.CommitResult
 
 // Commit records every change as a commit on the workspace's branch.
 func (m *Manager) Commit(ctx context.Context, id, msg string, author *workspace.Author) (CommitResult, error) {

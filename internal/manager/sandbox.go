@@ -51,6 +51,8 @@ type live struct {
 	inflight atomic.Int64
 	// expiry stops the sandbox at the end of its lifetime; nil: none.
 	expiry *time.Timer
+	// ports are the sandbox's published ports (ports.go).
+	ports portSet
 }
 
 // done ends one command's claim on the sandbox.
@@ -75,6 +77,7 @@ func (l *live) close() {
 	l.ln.Close()
 	l.conn.Close()
 	l.egress.close()
+	l.ports.closeAll()
 }
 
 func (m *Manager) sandboxDir(id string) string { return filepath.Join(m.cfg.DataDir, "sandboxes", id) }
@@ -720,10 +723,14 @@ func (m *Manager) ensureSandbox(ctx context.Context, wsID string) (store.Sandbox
 	// The spec last asked for on the workspace wins over the last sandbox's:
 	// after a refused create it is what the caller wants, and the exec uses it
 	// or fails with the reason.
-	asked := w.SandboxSpec != ""
+	askedSpec, err := m.st.WorkspaceSandboxSpec(ctx, wsID)
+	if err != nil {
+		return store.Sandbox{}, nil, false, err
+	}
+	asked := askedSpec != ""
 	if asked {
 		spec = sandbox.Spec{}
-		if err := json.Unmarshal([]byte(w.SandboxSpec), &spec); err != nil {
+		if err := json.Unmarshal([]byte(askedSpec), &spec); err != nil {
 			return store.Sandbox{}, nil, false, fmt.Errorf("workspace %s: reading the sandbox spec last asked for: %w", wsID, err)
 		}
 	}

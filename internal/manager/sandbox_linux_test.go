@@ -358,8 +358,8 @@ func TestRefusedSpecIsKept(t *testing.T) {
 	if _, err := h.m.CreateSandbox(ctx, w.ID, sandbox.Spec{Backend: "docker", Limits: sandbox.Limits{Pids: 1}}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("pids 1: %v, want invalid", err)
 	}
-	if got, _ := h.st.GetWorkspace(ctx, w.ID); !strings.Contains(got.SandboxSpec, "no-such-image") {
-		t.Errorf("after invalid input the workspace remembers %q", got.SandboxSpec)
+	if got, _ := h.st.WorkspaceSandboxSpec(ctx, w.ID); !strings.Contains(got, "no-such-image") {
+		t.Errorf("after invalid input the workspace remembers %q", got)
 	}
 
 	// A spec that works replaces it, and execs use it.

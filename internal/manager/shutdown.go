@@ -43,6 +43,17 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	// The background processes of the stopped sandboxes ended with them:
+	// their records say so before the daemon goes.
+	recorded := make(chan struct{})
+	go func() {
+		m.procs.supervisors.Wait()
+		close(recorded)
+	}()
+	select {
+	case <-recorded:
+	case <-ctx.Done():
+	}
 	// Every stopped sandbox's decisions are committed; so are those of
 	// any that failed to stop.
 	m.FlushEgress()

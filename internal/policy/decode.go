@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
 )
 
 // toJSON turns a policy document into JSON with no duplicate keys and
@@ -367,25 +369,7 @@ func (d *decoder) policy(raw json.RawMessage, p *Policy) {
 }
 
 // jsonKind names the kind of a JSON value for "want X, not Y" messages.
-func jsonKind(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '"':
-		return "a string"
-	case '{':
-		return "an object"
-	case '[':
-		return "a list"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
-}
+func jsonKind(raw json.RawMessage) string { return apitypes.JSONKind(raw) }
 
 // identRE is a map key that reads well after a dot in a path.
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -13,6 +13,7 @@
 package policy
 
 import (
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
@@ -28,66 +29,20 @@ const (
 	ModeAllowlist = "allowlist"
 )
 
-// Policy is one sandbox's policy document.
-type Policy struct {
-	// Network is what the sandbox may reach.
-	Network Network `json:"network"`
-	// Secrets are bound by name ("GITHUB_TOKEN"); the sandbox sees the
-	// name as an environment variable holding a placeholder, and the
-	// egress proxy puts the real value in requests to the bound hosts.
-	Secrets map[string]SecretBinding `json:"secrets,omitempty"`
-	// Env is the sandbox's whole environment beyond what agentbox sets:
-	// nothing is inherited from the daemon.
-	Env map[string]string `json:"env,omitempty"`
-	// Limits are resource limits; zero fields take the daemon's defaults.
-	Limits Limits `json:"limits,omitzero"`
-	// WritablePaths are globs relative to the workspace (path.Match
-	// syntax, and "**" for any number of directories) naming what the
-	// sandbox may change. None means everything.
-	WritablePaths []string `json:"writable_paths,omitempty"`
-}
+// Policy is one sandbox's policy document. Its fields are those of the
+// API's document (apitypes.Policy), so that what a request carries, what
+// the OpenAPI document says and what Parse reads cannot differ; this type
+// adds the validation and the canonical form.
+type Policy apitypes.Policy
 
 // Network is the network part of a policy.
-type Network struct {
-	// Mode is ModeNone or ModeAllowlist.
-	Mode string `json:"mode"`
-	// Allow are host patterns (see ParseHostPattern), canonical after
-	// Parse. Only used with ModeAllowlist.
-	Allow []string `json:"allow,omitempty"`
-}
+type Network = apitypes.PolicyNetwork
 
 // SecretBinding says where one secret may be sent.
-type SecretBinding struct {
-	// Hosts are host patterns (see ParseHostPattern); each must be
-	// reachable under Network.Allow, or the secret could never be used.
-	Hosts []string `json:"hosts"`
-	// Header is the request header the secret goes in; default
-	// "Authorization".
-	Header string `json:"header,omitempty"`
-	// Format is the header value, with {{value}} standing for the secret
-	// ("Bearer {{value}}"); default "{{value}}".
-	Format string `json:"format,omitempty"`
-}
+type SecretBinding = apitypes.PolicySecretBinding
 
 // Limits are a sandbox's resource limits. Zero means not set.
-type Limits struct {
-	// CPUs is the CPU quota in cores (0.5 is half a core).
-	CPUs float64 `json:"cpus,omitempty"`
-	// Memory caps memory, /tmp included.
-	Memory ByteSize `json:"memory,omitempty"`
-	// Pids caps processes and threads.
-	Pids int64 `json:"pids,omitempty"`
-	// Disk caps what the sandbox may add to its workspace.
-	Disk ByteSize `json:"disk,omitempty"`
-	// Tmp sizes /tmp, a tmpfs charged to Memory.
-	Tmp ByteSize `json:"tmp,omitempty"`
-	// ExecTimeout bounds each command's wall clock time.
-	ExecTimeout Duration `json:"exec_timeout,omitempty"`
-	// SandboxTimeout bounds the sandbox's life.
-	SandboxTimeout Duration `json:"sandbox_timeout,omitempty"`
-	// OutputBytes caps what one command may print.
-	OutputBytes ByteSize `json:"output_bytes,omitempty"`
-}
+type Limits = apitypes.PolicyLimits
 
 // Parse reads a policy document, JSON or YAML, strictly: unknown fields,
 // duplicate keys, a second document, trailing data and documents over

@@ -11,29 +11,13 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
 )
 
-// Repo is a cached git remote: a bare mirror cloned once and shared by every
-// workspace made from it.
-type Repo struct {
-	// ID is the stable identifier ("repo_...").
-	ID string `json:"id"`
-	// URL is the remote as given, with any credentials removed. It is the
-	// cache key: one row per URL.
-	URL string `json:"url"`
-	// Path is the host directory holding the bare mirror.
-	Path string `json:"path"`
-	// DefaultBranch is the remote's HEAD branch at the last fetch.
-	DefaultBranch string `json:"default_branch"`
-	// SizeBytes is the mirror's disk usage at the last fetch.
-	SizeBytes int64 `json:"size_bytes"`
-	// CreatedAt is when the clone finished.
-	CreatedAt time.Time `json:"created_at"`
-	// LastFetchAt is when the mirror was last brought up to date.
-	LastFetchAt time.Time `json:"last_fetch_at"`
-	// LastUsedAt is when a workspace was last created from the repo.
-	LastUsedAt time.Time `json:"last_used_at"`
-}
+// Repo is a cached git remote: a bare mirror cloned once and shared by
+// every workspace made from it. The record is the API's (apitypes.Repo).
+type Repo = apitypes.Repo
 
 // Pristine is a shared, read-only checkout of one commit of a repo. Overlay
 // workspaces use it as their lower layer; it is reference-counted by the
@@ -70,51 +54,10 @@ const (
 	WorkspaceRemoving = "removing"
 )
 
-// Workspace is the durable set of files one task works on.
-type Workspace struct {
-	// ID is the stable identifier ("ws_...").
-	ID string `json:"id"`
-	// RepoID is the repo the workspace was made from.
-	RepoID string `json:"repo_id"`
-	// PristineID is the lower layer of an overlay workspace; empty for copy.
-	PristineID string `json:"pristine_id,omitempty"`
-	// ParentID is the workspace this one was forked from, if any.
-	ParentID string `json:"parent_id,omitempty"`
-	// Ref is the ref the caller asked for (branch, tag or commit).
-	Ref string `json:"ref"`
-	// BaseCommit is the commit the workspace started from; diffs are against it.
-	BaseCommit string `json:"base_commit"`
-	// Branch is the workspace's own branch.
-	Branch string `json:"branch"`
-	// Task is the caller's free-form label, used to group cost and results.
-	Task string `json:"task,omitempty"`
-	// Driver is "overlay" or "copy".
-	Driver string `json:"driver"`
-	// Dir is the workspace's host directory; the files are at Dir/merged for
-	// overlay and Dir/tree for copy (see workspace.Driver.Path).
-	Dir string `json:"dir"`
-	// State is one of the Workspace* constants.
-	State string `json:"state"`
-	// Dirty is true when the files differ from the base commit, as last
-	// computed (by status or diff): the workspace holds work, committed on
-	// its branch or not, that exists nowhere else. Collectors keep it.
-	Dirty bool `json:"dirty"`
-	// SizeBytes is the workspace's own disk usage, as last measured.
-	SizeBytes int64 `json:"size_bytes"`
-	// DiskQuota is the size in bytes of the workspace's own file system,
-	// which holds everything the workspace adds to its base (the overlay
-	// driver's upper layer, the copy driver's whole tree); writes past it
-	// fail with ENOSPC. 0 means no quota (the files sit on the data dir's
-	// file system).
-	DiskQuota int64 `json:"disk_quota,omitempty"`
-	// CreatedAt is when the workspace was created.
-	CreatedAt time.Time `json:"created_at"`
-	// UpdatedAt is when the row last changed.
-	UpdatedAt time.Time `json:"updated_at"`
-	// SandboxSpec is the sandbox spec (JSON) last asked for on the workspace, refused or
-	// not; empty when none was. A sandbox started for an exec uses it.
-	SandboxSpec string `json:"sandbox_spec,omitempty"`
-}
+// Workspace is the durable set of files one task works on. The record is
+// the API's (apitypes.Workspace) but for Path, which the store does not
+// keep: the daemon fills it in from Dir and Driver.
+type Workspace = apitypes.Workspace
 
 // Sandbox is one execution environment attached to a workspace.
 type Sandbox struct {
@@ -196,22 +139,8 @@ type ExecFilter struct {
 }
 
 // Event is one entry of the append-only log: who did what to which object.
-type Event struct {
-	// ID increases with every append.
-	ID int64 `json:"id"`
-	// Time is when the event was recorded.
-	Time time.Time `json:"time"`
-	// Actor is who caused it ("api", "daemon", "reconciler", ...).
-	Actor string `json:"actor"`
-	// Type is a dotted name, e.g. "repo.cloned", "workspace.created".
-	Type string `json:"type"`
-	// RepoID, WorkspaceID and SandboxID name the objects involved, if any.
-	RepoID      string `json:"repo_id,omitempty"`
-	WorkspaceID string `json:"workspace_id,omitempty"`
-	SandboxID   string `json:"sandbox_id,omitempty"`
-	// Detail is a small JSON object with event-specific fields.
-	Detail string `json:"detail,omitempty"`
-}
+// The record is the API's (apitypes.Event).
+type Event = apitypes.Event
 
 // EventFilter selects events. Zero fields match everything.
 type EventFilter struct {
@@ -252,8 +181,10 @@ type Store interface {
 	ListWorkspaces(ctx context.Context, repoID string) ([]Workspace, error)
 	UpdateWorkspace(ctx context.Context, w Workspace) error
 	// SetWorkspaceSandboxSpec records the sandbox spec (JSON) last asked for on a
-	// workspace; UpdateWorkspace leaves it alone.
+	// workspace, refused or not; UpdateWorkspace leaves it alone.
 	SetWorkspaceSandboxSpec(ctx context.Context, id, spec string) error
+	// WorkspaceSandboxSpec returns it: "" when none was asked for.
+	WorkspaceSandboxSpec(ctx context.Context, id string) (string, error)
 	// DeleteWorkspace fails with ErrConflict while sandbox rows reference it.
 	DeleteWorkspace(ctx context.Context, id string) error
 

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
 )
 
 // UsageStore records and sums what execs and sandboxes used. It is part
@@ -47,31 +49,9 @@ type EgressUsage struct {
 	BytesUp, BytesDown int64
 }
 
-// SandboxUsage is what one sandbox used. The exec figures sum the
-// commands run in it; the cgroup figures are the environment's own
-// accounting, which also covers the guest and, on gVisor, the sentry, and
-// are zero until the sandbox stopped or when its backend cannot read them.
-type SandboxUsage struct {
-	SandboxID string `json:"sandbox_id"`
-	// Execs counts the commands run (sessions included).
-	Execs int64 `json:"execs"`
-	// CPUNanos sums the commands' CPU time (user and system).
-	CPUNanos int64 `json:"cpu_ns"`
-	// PeakMemBytes is the largest peak of a single command.
-	PeakMemBytes int64 `json:"peak_mem_bytes"`
-	// WallNanos sums the commands' wall time.
-	WallNanos int64 `json:"wall_ns"`
-	// OutputBytes sums the commands' stdout and stderr.
-	OutputBytes int64 `json:"output_bytes"`
-	// CgroupCPUNanos and CgroupPeakMemBytes are the environment's cgroup
-	// CPU usage and memory high-water mark (page cache included).
-	CgroupCPUNanos     int64 `json:"cgroup_cpu_ns"`
-	CgroupPeakMemBytes int64 `json:"cgroup_peak_mem_bytes"`
-	// EgressBytesUp and EgressBytesDown sum the egress proxy's allowed
-	// connections of the sandbox, each way.
-	EgressBytesUp   int64 `json:"egress_bytes_up"`
-	EgressBytesDown int64 `json:"egress_bytes_down"`
-}
+// SandboxUsage is what one sandbox used (see apitypes.SandboxUsage, whose
+// type it is).
+type SandboxUsage = apitypes.SandboxUsage
 
 // UsageFilter selects what UsageByTask sums. Zero fields match everything.
 type UsageFilter struct {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/gitx"
@@ -261,11 +262,7 @@ func (g Git) refuseFIFOs(ctx context.Context) error {
 }
 
 // Change is one changed path relative to the base commit.
-type Change struct {
-	// Status is A (added), M (modified), D (deleted), T (type changed).
-	Status string `json:"status"`
-	Path   string `json:"path"`
-}
+type Change = apitypes.Change
 
 // Changes lists the paths that differ from base.
 func (g Git) Changes(ctx context.Context, base string) ([]Change, error) {
@@ -389,10 +386,7 @@ func ValidBranch(ctx context.Context, name string) error {
 }
 
 // Author is a commit identity.
-type Author struct {
-	Name  string `json:"name"`
-	Email string `json:"email"`
-}
+type Author = apitypes.Author
 
 // Commit records every change in the files as one commit on the
 // workspace's branch (like git add -A && git commit) and returns its name.

@@ -3,6 +3,8 @@ package workspace
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
 )
 
 // A workspace with a disk quota keeps everything it adds to its base in a
@@ -49,17 +51,7 @@ func filesRoot(dir string) string {
 const MinQuota = 1 << 20
 
 // Usage is the space and file count a workspace's volume has used.
-type Usage struct {
-	// Quota is the volume's size in bytes.
-	Quota int64 `json:"quota_bytes"`
-	// Used and Free are bytes of the file system (Used includes ext4's
-	// own metadata).
-	Used int64 `json:"used_bytes"`
-	Free int64 `json:"free_bytes"`
-	// Files and FilesFree count inodes.
-	Files     int64 `json:"files"`
-	FilesFree int64 `json:"files_free"`
-}
+type Usage = apitypes.DiskUsage
 
 // SweepTemp and other layout-aware code see through the quota wrapper.
 func unwrapQuota(d Driver, dir string) (Driver, string) {

@@ -49,6 +49,10 @@ type execStream struct {
 	kick     chan struct{}
 	treeDead atomic.Bool // the reaper has exited: output can only drain
 
+	// port, when not 0, makes the stream a relay of one connection to
+	// this port on the sandbox's loopback instead of a command (port_linux.go).
+	port uint16
+
 	mu     sync.Mutex
 	master *os.File // the terminal, for a TTY
 }
@@ -106,6 +110,10 @@ func (st *execStream) resize(rows, cols uint16) {
 
 // run runs the command and reports how it ended.
 func (st *execStream) run() {
+	if st.port != 0 {
+		st.relay()
+		return
+	}
 	res, err := st.execute()
 	if err != nil {
 		var se *guest.StartError

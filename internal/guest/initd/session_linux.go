@@ -98,7 +98,7 @@ func (s *session) dispatch(f guest.Frame) error {
 		return s.w.WriteFrame(guest.FramePong, 0, f.Payload)
 	case guest.FramePong:
 		return nil
-	case guest.FrameOpen:
+	case guest.FrameOpen, guest.FrameDial:
 		return s.open(f)
 	case guest.FrameError:
 		_, msg, _ := guest.DecodeError(f.Payload)
@@ -150,7 +150,8 @@ func (s *session) dispatch(f guest.Frame) error {
 }
 
 // open registers a new stream here, in the read loop, so that the frames
-// that follow it find it, and runs the command elsewhere.
+// that follow it find it, and runs the command (or relays the connection,
+// for FrameDial) elsewhere.
 func (s *session) open(f guest.Frame) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -158,16 +159,24 @@ func (s *session) open(f guest.Frame) error {
 		return fmt.Errorf("%w: stream id %d reused", guest.ErrProtocol, f.Stream)
 	}
 	s.maxID = f.Stream
-	req, err := guest.DecodeExecRequest(f.Payload)
+	var req guest.ExecRequest
+	var port uint16
+	var err error
+	if f.Type == guest.FrameDial {
+		port, err = guest.DecodePort(f.Payload)
+	} else {
+		req, err = guest.DecodeExecRequest(f.Payload)
+	}
 	if err != nil {
 		go s.send(guest.FrameError, f.Stream, guest.EncodeError(guest.ErrKindInvalid, err.Error()))
 		return nil
 	}
 	if len(s.streams) >= maxStreams {
-		go s.send(guest.FrameError, f.Stream, guest.EncodeError(guest.ErrKindLimit, fmt.Sprintf("more than %d commands at once", maxStreams)))
+		go s.send(guest.FrameError, f.Stream, guest.EncodeError(guest.ErrKindLimit, fmt.Sprintf("more than %d commands and connections at once", maxStreams)))
 		return nil
 	}
 	st := newExecStream(s, f.Stream, req)
+	st.port = port
 	s.streams[f.Stream] = st
 	s.wg.Add(1)
 	go func() {

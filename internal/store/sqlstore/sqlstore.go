@@ -288,14 +288,14 @@ func (s *Store) DeletePristine(ctx context.Context, id string) error {
 
 // --- workspaces
 
-const wsCols = `id, repo_id, COALESCE(pristine_id, ''), COALESCE(parent_id, ''), ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, disk_quota, created_at, updated_at, sandbox_spec`
+const wsCols = `id, repo_id, COALESCE(pristine_id, ''), COALESCE(parent_id, ''), ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, disk_quota, created_at, updated_at`
 
 func scanWorkspace(row interface{ Scan(...any) error }) (store.Workspace, error) {
 	var w store.Workspace
 	var dirty int
 	var c, u int64
 	err := row.Scan(&w.ID, &w.RepoID, &w.PristineID, &w.ParentID, &w.Ref, &w.BaseCommit, &w.Branch, &w.Task,
-		&w.Driver, &w.Dir, &w.State, &dirty, &w.SizeBytes, &w.DiskQuota, &c, &u, &w.SandboxSpec)
+		&w.Driver, &w.Dir, &w.State, &dirty, &w.SizeBytes, &w.DiskQuota, &c, &u)
 	w.Dirty = dirty != 0
 	w.CreatedAt, w.UpdatedAt = fromTS(c), fromTS(u)
 	return w, err
@@ -360,6 +360,12 @@ func (s *Store) UpdateWorkspace(ctx context.Context, w store.Workspace) error {
 
 func (s *Store) SetWorkspaceSandboxSpec(ctx context.Context, id, spec string) error {
 	return execOne(ctx, s.db, "workspace "+id, `UPDATE workspaces SET sandbox_spec=$2 WHERE id=$1`, id, spec)
+}
+
+func (s *Store) WorkspaceSandboxSpec(ctx context.Context, id string) (string, error) {
+	var spec string
+	err := s.db.QueryRowContext(ctx, `SELECT sandbox_spec FROM workspaces WHERE id = $1`, id).Scan(&spec)
+	return spec, classify(err, "workspace "+id)
 }
 
 func (s *Store) DeleteWorkspace(ctx context.Context, id string) error {

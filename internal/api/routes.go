@@ -1,0 +1,217 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
+)
+
+// route is one entry of the API: its pattern, its handler, and what the
+// OpenAPI document says of it.
+type route struct {
+	method, path string
+	handler      func(*Server, http.ResponseWriter, *http.Request)
+	op           Op
+}
+
+// Bodies and replies several routes share.
+var (
+	workspaceReply = []Reply{jsonReply(201, "the workspace", apitypes.Workspace{})}
+	removedReply   = ok(apitypes.Removed{})
+	sandboxReply   = ok(apitypes.Sandbox{})
+	repoStream     = []Reply{{Status: 200, Description: "the repo; with Accept: application/x-ndjson, git's progress lines and then the result (or an error) as they come",
+		Content: []Content{{Type: jsonType, Value: apitypes.RepoResult{}}, {Type: ndjsonType, Value: apitypes.RepoProgress{}, Stream: true}}}}
+	execBody = []Content{
+		{Type: jsonType, Value: apitypes.ExecRequest{}, Description: "the command; stdin is its whole input"},
+		{Type: ndjsonType, AnyOf: []any{apitypes.ExecRequest{}, apitypes.StdinLine{}}, Stream: true,
+			Description: "the first line is an ExecRequest (without stdin); every line after it is a StdinLine, streamed to the command while its output streams back (full duplex)"},
+	}
+	execReply = []Reply{{Status: 200,
+		Description: "Accept: application/json waits for the command's end and answers one ExecOutput (a buffered exec). Otherwise the output streams as it comes: NDJSON ExecLine lines (the last one holds the result or an error), or with Accept: text/event-stream the events stdout, stderr, result and error",
+		Content: []Content{
+			{Type: jsonType, Value: apitypes.ExecOutput{}},
+			{Type: ndjsonType, Value: apitypes.ExecLine{}, Stream: true},
+			{Type: sseType, Events: []Event{{"stdout", apitypes.ExecChunk{}}, {"stderr", apitypes.ExecChunk{}}, {"result", apitypes.ExecResult{}}, {"error", apitypes.ErrorDetail{}}}},
+		}}}
+	shellParams = []Param{
+		{Name: "argv", Description: "the command and its arguments, one parameter each; default /bin/sh", Repeated: true},
+		{Name: "env", Description: "KEY=VALUE, one parameter each: the command's whole environment beyond the sandbox's", Repeated: true},
+		q("workdir", "working directory, default /workspace"),
+		{Name: "rows", Description: "the terminal's first size, default 24x80", Type: "integer"},
+		{Name: "cols", Description: "the terminal's first size, default 24x80", Type: "integer"},
+	}
+	shellReply = []Reply{{Status: 101,
+		Description: "the connection becomes a WebSocket: binary messages carry the terminal's bytes both ways, text messages are ShellControl documents (the client sends resize; the server sends started, error and exit)"}}
+)
+
+// forwardOp documents a method of the forwarding to a sandbox's port:
+// the reply is whatever the sandbox's server sends.
+func forwardOp(id string) Op {
+	return Op{ID: id, Tag: "ports",
+		Summary:     "Forward an HTTP request (WebSocket upgrades too) to a port of a running sandbox, through its guest; published or not",
+		Description: "The request goes on as it came but for its path (what follows the port) and its Authorization header, which is the daemon's and never reaches the sandbox. 503 when nothing listens on the port.",
+		Body:        []Content{{Type: binaryType, Description: "the request's body, as the sandbox's server takes it"}}, BodyOptional: true,
+		Replies: []Reply{{Status: 200, Description: "what the sandbox's server answers, with its own status and media type", Content: []Content{{Type: binaryType}}}}}
+}
+
+// routes is the whole API. The mux serves exactly these, and openapi.json
+// is generated from them (go generate ./internal/api).
+var routes = []route{
+	{"GET", "/v1/health", (*Server).health, Op{ID: "health", Tag: "daemon", Summary: "Check that the daemon answers; its version and workspace driver", Replies: ok(apitypes.Health{})}},
+	{"GET", "/v1/openapi.json", (*Server).openapi, Op{ID: "openapi", Tag: "daemon", Summary: "This document (OpenAPI 3.0)", Replies: []Reply{{Status: 200, Description: "the OpenAPI document", Content: []Content{{Type: jsonType, Value: map[string]any{}}}}}}},
+	{"GET", "/metrics", (*Server).metrics, Op{ID: "metrics", Tag: "daemon", Summary: "Prometheus metrics (404 when the daemon serves none)", Replies: []Reply{{Status: 200, Description: "metrics in the Prometheus text format", Content: []Content{{Type: textType}}}}}},
+
+	{"POST", "/v1/repos", (*Server).addRepo, Op{ID: "addRepo", Tag: "repos", Summary: "Cache a remote: clone it once (201), or find it cached (200)",
+		Body: jsonBody(apitypes.AddRepoRequest{}),
+		Replies: []Reply{
+			{Status: 201, Description: "cloned now", Content: jsonBody(apitypes.RepoResult{})},
+			{Status: 200, Description: "already cached; with Accept: application/x-ndjson (whether cloned or not), git's progress lines and then the result (or an error) as they come",
+				Content: []Content{{Type: jsonType, Value: apitypes.RepoResult{}}, {Type: ndjsonType, Value: apitypes.RepoProgress{}, Stream: true}}},
+		}}},
+	{"GET", "/v1/repos", (*Server).listRepos, Op{ID: "listRepos", Tag: "repos", Summary: "List cached repos", Replies: ok(apitypes.RepoList{})}},
+	{"GET", "/v1/repos/{id}", (*Server).getRepo, Op{ID: "getRepo", Tag: "repos", Summary: "Show a repo by ID or URL", Replies: ok(apitypes.Repo{})}},
+	{"POST", "/v1/repos/{id}/fetch", (*Server).fetchRepo, Op{ID: "fetchRepo", Tag: "repos", Summary: "Bring a cached repo up to date from its remote",
+		Body: jsonBody(apitypes.FetchRepoRequest{}), BodyOptional: true, Replies: repoStream}},
+	{"DELETE", "/v1/repos/{id}", (*Server).removeRepo, Op{ID: "removeRepo", Tag: "repos", Summary: "Remove a cached repo (refused while workspaces use it, unless force)",
+		Params: []Param{qbool("force", "remove the repo's workspaces too")}, Replies: removedReply}},
+
+	{"POST", "/v1/workspaces", (*Server).createWorkspace, Op{ID: "createWorkspace", Tag: "workspaces",
+		Summary:     "Make a workspace: of a repo at a ref, empty, or from an uploaded directory",
+		Description: "A JSON body makes a workspace of a repo (added to the cache if it is a URL) or, with empty, a fresh repository with one empty commit. A tar stream (application/x-tar, or gzipped: application/gzip) uploads a directory tree that becomes the workspace's base commit; its options are then the query parameters. The daemon refuses uploads holding absolute names, '..', entries under a symlink, hard links, devices, FIFOs, .git, or more than its limits.",
+		Params: []Param{
+			q("branch", "upload only: the workspace's own branch"), q("task", "upload only: a task label"),
+			q("driver", "upload only: overlay or copy"), q("disk", `upload only: the disk quota, as "2G"`),
+		},
+		Body: []Content{
+			{Type: jsonType, Value: apitypes.CreateWorkspaceRequest{}},
+			{Type: tarType, Description: "a tar stream of the directory tree"},
+			{Type: gzipType, Description: "a gzipped tar stream of the directory tree"},
+		},
+		Replies: workspaceReply}},
+	{"GET", "/v1/workspaces", (*Server).listWorkspaces, Op{ID: "listWorkspaces", Tag: "workspaces", Summary: "List workspaces, of one repo or task",
+		Params: []Param{q("repo", "a repo ID or URL"), q("task", "a task label")}, Replies: ok(apitypes.WorkspaceList{})}},
+	{"GET", "/v1/workspaces/{id}", (*Server).getWorkspace, Op{ID: "getWorkspace", Tag: "workspaces", Summary: "Show a workspace", Replies: ok(apitypes.Workspace{})}},
+	{"DELETE", "/v1/workspaces/{id}", (*Server).removeWorkspace, Op{ID: "removeWorkspace", Tag: "workspaces", Summary: "Remove a workspace, its sandboxes and its files", Replies: removedReply}},
+	{"GET", "/v1/workspaces/{id}/status", (*Server).status, Op{ID: "workspaceStatus", Tag: "workspaces", Summary: "The paths changed since the base commit, and the disk quota's usage", Replies: ok(apitypes.Status{})}},
+	{"GET", "/v1/workspaces/{id}/diff", (*Server).diff, Op{ID: "workspaceDiff", Tag: "workspaces", Summary: "The unified diff from the base commit, of every path or of some",
+		Params: []Param{{Name: "path", Description: "limit the diff to these paths", Repeated: true}}, Replies: ok(apitypes.Diff{})}},
+	{"POST", "/v1/workspaces/{id}/diff/check", (*Server).checkDiff, Op{ID: "checkDiff", Tag: "workspaces",
+		Summary: "Check the result before it leaves: changed paths outside the policy's writable paths, added lines that look like secrets (200 whatever it finds)",
+		Body:    jsonBody(apitypes.DiffCheckRequest{}), BodyOptional: true, Replies: ok(apitypes.DiffReport{})}},
+	{"POST", "/v1/workspaces/{id}/commit", (*Server).commit, Op{ID: "commit", Tag: "workspaces", Summary: "Commit every change on the workspace's branch",
+		Body: jsonBody(apitypes.CommitRequest{}), Replies: ok(apitypes.CommitResult{})}},
+	{"POST", "/v1/workspaces/{id}/fork", (*Server).fork, Op{ID: "forkWorkspace", Tag: "workspaces", Summary: "Copy a workspace (only its own changes) onto a new branch",
+		Body: jsonBody(apitypes.ForkRequest{}), BodyOptional: true, Replies: workspaceReply}},
+
+	{"GET", "/v1/workspaces/{id}/files", (*Server).readFile, Op{ID: "readFile", Tag: "files",
+		Summary: "Read a file, or the range of it that lines or bytes selects: raw bytes, or with Accept: application/json one FileContent document (lines numbered)",
+		Params: []Param{qpath("path relative to the workspace root"),
+			q("lines", "FIRST:LAST (1-based, inclusive), FIRST:, :LAST or LINE; a range may be read from a file of any size"),
+			q("bytes", "OFFSET:LENGTH, or OFFSET: to the end")},
+		Replies: []Reply{{Status: 200, Description: "the content",
+			Content: []Content{{Type: binaryType}, {Type: jsonType, Value: apitypes.FileContent{}}}}}}},
+	{"PUT", "/v1/workspaces/{id}/files", (*Server).writeFile, Op{ID: "writeFile", Tag: "files", Summary: "Write a file atomically; durable before the reply",
+		Params: []Param{qpath("path relative to the workspace root"),
+			q("mode", "octal permissions; default: an existing file's, else 0644"),
+			qbool("parents", "make missing directories")},
+		Body: []Content{{Type: binaryType, Description: "the file's content"}}, BodyOptional: true, Replies: ok(apitypes.FileInfo{})}},
+	{"DELETE", "/v1/workspaces/{id}/files", (*Server).removeFile, Op{ID: "removeFile", Tag: "files", Summary: "Remove a file or directory",
+		Params:  []Param{qpath("path relative to the workspace root"), qbool("recursive", "remove a directory that is not empty")},
+		Replies: ok(apitypes.FileRemoved{})}},
+	{"GET", "/v1/workspaces/{id}/files/stat", (*Server).statFile, Op{ID: "statFile", Tag: "files", Summary: "Describe a path (a symlink is not followed)",
+		Params: []Param{qpath("path relative to the workspace root")}, Replies: ok(apitypes.FileInfo{})}},
+	{"GET", "/v1/workspaces/{id}/files/list", (*Server).listFiles, Op{ID: "listFiles", Tag: "files", Summary: "List a directory and, down to depth levels, what is inside it",
+		Params:  []Param{q("path", "the directory, default the root"), {Name: "depth", Description: "levels listed, 1 (default) to 256: 1 is the directory's own entries", Type: "integer"}},
+		Replies: ok(apitypes.FileList{})}},
+	{"POST", "/v1/workspaces/{id}/files/mkdir", (*Server).mkdir, Op{ID: "mkdir", Tag: "files", Summary: "Make a directory",
+		Body: jsonBody(apitypes.MkdirRequest{}), Replies: ok(apitypes.FileInfo{})}},
+	{"POST", "/v1/workspaces/{id}/files/rename", (*Server).rename, Op{ID: "rename", Tag: "files", Summary: "Move a path within the workspace",
+		Body: jsonBody(apitypes.RenameRequest{}), Replies: ok(apitypes.RenameRequest{})}},
+	{"POST", "/v1/workspaces/{id}/files/grep", (*Server).grep, Op{ID: "grep", Tag: "files", Summary: "Search file contents with a regular expression, bounded",
+		Body: jsonBody(apitypes.GrepRequest{}), Replies: ok(apitypes.GrepResult{})}},
+	{"POST", "/v1/workspaces/{id}/files/edit", (*Server).editFile, Op{ID: "editFile", Tag: "files",
+		Summary: "Replace exact text in a file: it must occur exactly once unless all; otherwise nothing changes and the error (409) quotes the nearest lines",
+		Body:    jsonBody(apitypes.EditRequest{}), Replies: ok(apitypes.EditResult{})}},
+	{"POST", "/v1/workspaces/{id}/files/find", (*Server).findFiles, Op{ID: "findFiles", Tag: "files", Summary: "Find paths by glob (* ? [...] within a name, ** across directories)",
+		Body: jsonBody(apitypes.FindRequest{}), Replies: ok(apitypes.FindResult{})}},
+
+	{"POST", "/v1/sandboxes", (*Server).createSandbox, Op{ID: "createSandbox", Tag: "sandboxes", Summary: "Start a sandbox on a workspace, with limits and a policy",
+		Body: jsonBody(apitypes.SandboxRequest{}), Replies: created(apitypes.Sandbox{})}},
+	{"GET", "/v1/sandboxes", (*Server).listSandboxes, Op{ID: "listSandboxes", Tag: "sandboxes", Summary: "List sandboxes, of one workspace",
+		Params: []Param{q("workspace", "a workspace ID")}, Replies: ok(apitypes.SandboxList{})}},
+	{"GET", "/v1/sandboxes/{id}", (*Server).getSandbox, Op{ID: "getSandbox", Tag: "sandboxes", Summary: "Show a sandbox", Replies: sandboxReply}},
+	{"POST", "/v1/sandboxes/{id}/stop", (*Server).stopSandbox, Op{ID: "stopSandbox", Tag: "sandboxes", Summary: "Stop a sandbox; its workspace stays", Replies: sandboxReply}},
+	{"DELETE", "/v1/sandboxes/{id}", (*Server).removeSandbox, Op{ID: "removeSandbox", Tag: "sandboxes", Summary: "Remove a sandbox", Replies: removedReply}},
+	{"POST", "/v1/sandboxes/{id}/exec", (*Server).exec, Op{ID: "execSandbox", Tag: "exec", Summary: "Run a command in a sandbox",
+		Body: execBody, Replies: execReply}},
+	{"POST", "/v1/workspaces/{id}/exec", (*Server).exec, Op{ID: "execWorkspace", Tag: "exec",
+		Summary: "Run a command in the workspace's sandbox, started if there is none; a sandbox that is gone is replaced (replaced: true)",
+		Body:    execBody, Replies: execReply}},
+	{"GET", "/v1/sandboxes/{id}/shell", (*Server).shell, Op{ID: "shellSandbox", Tag: "exec", Summary: "An interactive command on a terminal, over a WebSocket",
+		Params: shellParams, Replies: shellReply}},
+	{"GET", "/v1/workspaces/{id}/shell", (*Server).shell, Op{ID: "shellWorkspace", Tag: "exec", Summary: "An interactive command on a terminal in the workspace's sandbox, over a WebSocket",
+		Params: shellParams, Replies: shellReply}},
+
+	{"POST", "/v1/workspaces/{id}/processes", (*Server).startProcess, Op{ID: "startProcess", Tag: "processes",
+		Summary:     "Start a background process in the workspace's sandbox (started or replaced as for exec): it runs on after the reply, until it exits, is killed or its sandbox stops",
+		Description: "{id} may also be a sandbox ID, standing for its workspace. The command has no output cap of its own: the daemon keeps the last ring_bytes (1 MiB) of each of its stdout and stderr. stdin is its first input (at most 1 MiB).",
+		Body:        jsonBody(apitypes.ExecRequest{}), Replies: created(apitypes.Process{})}},
+	{"GET", "/v1/workspaces/{id}/processes", (*Server).listProcesses, Op{ID: "listProcesses", Tag: "processes",
+		Summary: "List the workspace's background processes this daemon holds, running and the last ended, newest first", Replies: ok(apitypes.ProcessList{})}},
+	{"GET", "/v1/workspaces/{id}/processes/{pid}", (*Server).getProcess, Op{ID: "getProcess", Tag: "processes", Summary: "Show a background process", Replies: ok(apitypes.Process{})}},
+	{"GET", "/v1/workspaces/{id}/processes/{pid}/logs", (*Server).processLogs, Op{ID: "processLogs", Tag: "processes",
+		Summary:     "Read one output stream of a process from an offset; with follow, stream it until the process ends",
+		Description: "Bytes older than the ring's are gone: a read from before them starts at the oldest kept and says how many were dropped. With follow=true the reply is NDJSON: ProcessLogs lines as the process writes (an empty line is a keepalive), the last one carrying the ended process.",
+		Params: []Param{
+			q("stream", "stdout (default) or stderr"),
+			{Name: "offset", Description: "the stream offset to read from; negative counts from the end", Type: "integer"},
+			{Name: "limit", Description: "the most bytes returned (default and most 1 MiB)", Type: "integer"},
+			qbool("follow", "stream the output as it comes until the process ends"),
+		},
+		Replies: []Reply{{Status: 200, Description: "the slice read; with follow, a stream of them",
+			Content: []Content{{Type: jsonType, Value: apitypes.ProcessLogs{}}, {Type: ndjsonType, Value: apitypes.ProcessLogs{}, Stream: true}}}}}},
+	{"POST", "/v1/workspaces/{id}/processes/{pid}/stdin", (*Server).processStdin, Op{ID: "processStdin", Tag: "processes",
+		Summary: "Write to a process's input (at most 1 MiB a write), and close it; a command that does not read makes the write give up after 10s (409, saying how much was queued)",
+		Body:    jsonBody(apitypes.ProcessStdin{}), Replies: ok(apitypes.ProcessStdinResult{})}},
+	{"POST", "/v1/workspaces/{id}/processes/{pid}/signal", (*Server).signalProcess, Op{ID: "signalProcess", Tag: "processes",
+		Summary: "Send a signal (default TERM) to every process of the command's tree",
+		Body:    jsonBody(apitypes.ProcessSignal{}), BodyOptional: true, Replies: ok(apitypes.Process{})}},
+	{"POST", "/v1/workspaces/{id}/processes/{pid}/wait", (*Server).waitProcess, Op{ID: "waitProcess", Tag: "processes",
+		Summary: "Wait for a process to end, within a timeout (default 30s, at most 10m); the reply shows it, still running if the time ran out",
+		Body:    jsonBody(apitypes.ProcessWait{}), BodyOptional: true, Replies: ok(apitypes.Process{})}},
+	{"POST", "/v1/workspaces/{id}/ports", (*Server).publishPort, Op{ID: "publishPort", Tag: "ports",
+		Summary:     "Publish a port of the workspace's running sandbox on the host's loopback (the same URL when published again)",
+		Description: "The daemon listens on 127.0.0.1 on a port of its own and relays each connection through the sandbox's guest to 127.0.0.1:PORT inside; the sandbox gains no route out. {id} may also be a sandbox ID.",
+		Body:        jsonBody(apitypes.PortRequest{}), Replies: created(apitypes.Port{})}},
+	{"GET", "/v1/workspaces/{id}/ports", (*Server).listPorts, Op{ID: "listPorts", Tag: "ports", Summary: "List the published ports of the workspace's running sandbox", Replies: ok(apitypes.PortList{})}},
+	{"DELETE", "/v1/workspaces/{id}/ports/{port}", (*Server).unpublishPort, Op{ID: "unpublishPort", Tag: "ports", Summary: "Unpublish a port: its listener and its connections close", Replies: ok(apitypes.PortRemoved{})}},
+	{"GET", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("getSandboxPort")},
+	{"POST", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("postSandboxPort")},
+	{"PUT", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("putSandboxPort")},
+	{"PATCH", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("patchSandboxPort")},
+	{"DELETE", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("deleteSandboxPort")},
+
+	{"GET", "/v1/events", (*Server).events, Op{ID: "listEvents", Tag: "events", Summary: "The event log, oldest first; with follow, a stream of what is logged from then on",
+		Params: []Param{
+			q("repo", "events of a repo"), q("workspace", "events of a workspace"), q("sandbox", "events of a sandbox"), q("type", "events of one type (repo.cloned, ...)"),
+			{Name: "after", Description: "events after this ID", Type: "integer"},
+			{Name: "limit", Description: "at most this many (1 to 10000; default 1000)", Type: "integer"},
+			qbool("follow", "stream the events already logged after after, then each new one, as NDJSON (an empty line is a keepalive), or SSE with Accept: text/event-stream"),
+		},
+		Replies: []Reply{{Status: 200, Description: "the events; with follow, a stream",
+			Content: []Content{
+				{Type: jsonType, Value: apitypes.EventList{}},
+				{Type: ndjsonType, Value: apitypes.Event{}, Stream: true},
+				{Type: sseType, Events: []Event{{"event", apitypes.Event{}}}, Description: "each event's SSE id is the event's ID"},
+			}}}}},
+	{"POST", "/v1/gc", (*Server).gc, Op{ID: "gc", Tag: "daemon", Summary: "Collect disk down to the data budget: idle sandboxes, unused checkouts, old repo caches, then clean workspaces past their retention",
+		Body: jsonBody(apitypes.GCRequest{}), BodyOptional: true, Replies: ok(apitypes.GCReport{})}},
+	{"GET", "/v1/usage", (*Server).usage, Op{ID: "usage", Tag: "usage", Summary: "What execs and egress used, per task label (removed workspaces included)",
+		Params:  []Param{q("task", "one task label"), q("since", "an RFC 3339 time, or a Go duration (2h) meaning that long ago")},
+		Replies: ok(apitypes.Usage{})}},
+	{"GET", "/v1/sandboxes/{id}/usage", (*Server).sandboxUsage, Op{ID: "sandboxUsage", Tag: "usage", Summary: "What one sandbox used", Replies: ok(apitypes.SandboxUsage{})}},
+	{"GET", "/v1/secrets", (*Server).listSecrets, Op{ID: "listSecrets", Tag: "secrets", Summary: "List the secrets' names (never their values)", Replies: ok(apitypes.SecretList{})}},
+	{"PUT", "/v1/secrets/{name}", (*Server).setSecret, Op{ID: "setSecret", Tag: "secrets", Summary: "Store a secret's value, sealed; it never comes back out",
+		Body: jsonBody(apitypes.SecretRequest{}), Replies: ok(apitypes.SecretSet{})}},
+	{"DELETE", "/v1/secrets/{name}", (*Server).removeSecret, Op{ID: "removeSecret", Tag: "secrets", Summary: "Remove a secret", Replies: removedReply}},
+}

@@ -1,0 +1,56 @@
+// A tiny fetch-based client typed by api.d.ts, which openapi-typescript
+// generates from the daemon's /v1/openapi.json: if a path, a parameter,
+// a field or a media type the calls below use leaves the document, this
+// stops type-checking.
+import type { components, paths } from "./api";
+
+type Schemas = components["schemas"];
+type WorkspaceExec = paths["/v1/workspaces/{id}/exec"]["post"];
+type WriteFile = paths["/v1/workspaces/{id}/files"]["put"];
+type ReadFile = paths["/v1/workspaces/{id}/files"]["get"];
+
+export type ExecRequest = NonNullable<WorkspaceExec["requestBody"]>["content"]["application/json"];
+export type ExecOutput = WorkspaceExec["responses"][200]["content"]["application/json"];
+export type FileInfo = WriteFile["responses"][200]["content"]["application/json"];
+export type FileContent = ReadFile["responses"][200]["content"]["application/json"];
+export type ApiError = Schemas["ErrorReply"];
+
+export class AgentboxError extends Error {
+  constructor(readonly status: number, readonly code: Schemas["ErrorDetail"]["code"], message: string) {
+    super(message);
+  }
+}
+
+export class Client {
+  constructor(private readonly base: string, private readonly token?: string) {}
+
+  private async call<T>(method: string, path: string, init: { query?: Record<string, string>; body?: BodyInit; type?: string; accept?: string }): Promise<T> {
+    const url = new URL(this.base + path);
+    for (const [k, v] of Object.entries(init.query ?? {})) url.searchParams.set(k, v);
+    const headers: Record<string, string> = { Accept: init.accept ?? "application/json" };
+    if (init.type) headers["Content-Type"] = init.type;
+    if (this.token) headers["Authorization"] = "Bearer " + this.token;
+    const resp = await fetch(url, { method, headers, body: init.body });
+    const text = await resp.text();
+    if (!resp.ok) {
+      const e = JSON.parse(text) as ApiError;
+      throw new AgentboxError(resp.status, e.error.code, e.error.message);
+    }
+    return JSON.parse(text) as T;
+  }
+
+  /** A buffered exec: the command runs to its end and one document comes back. */
+  exec(workspace: WorkspaceExec["parameters"]["path"]["id"], req: ExecRequest): Promise<ExecOutput> {
+    return this.call("POST", `/v1/workspaces/${encodeURIComponent(workspace)}/exec`, { body: JSON.stringify(req), type: "application/json", accept: "application/json" });
+  }
+
+  writeFile(workspace: string, path: NonNullable<WriteFile["parameters"]["query"]>["path"], content: string, parents = true): Promise<FileInfo> {
+    return this.call("PUT", `/v1/workspaces/${encodeURIComponent(workspace)}/files`, { query: { path, parents: String(parents) }, body: content, type: "application/octet-stream" });
+  }
+
+  readFile(workspace: string, path: string, lines?: string): Promise<FileContent> {
+    const query: Record<string, string> = { path };
+    if (lines) query["lines"] = lines;
+    return this.call("GET", `/v1/workspaces/${encodeURIComponent(workspace)}/files`, { query });
+  }
+}
