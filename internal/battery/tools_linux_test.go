@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/backendtest"
 )
@@ -252,4 +253,46 @@ exec chroot --userspec=1000:1000 "$r" env -i PATH=/usr/local/bin:/usr/bin:/bin H
 		m := backendtest.Median(times[tg.name])
 		t.Logf("%-6s median %6.2fs over %d rounds, ratio to the host %.2f", tg.name, m.Seconds(), rounds, float64(m)/float64(hostMedian))
 	}
+}
+
+// TestImageEnv runs an image that puts its tools on PATH through ENV (as language images
+// do), built from a Dockerfile, on every backend: a command with no environment of its
+// own finds the tool, gets the image's variables, a writable HOME, the policy's variables
+// over the image's and the request's over both, and nothing of the daemon's.
+func TestImageEnv(t *testing.T) {
+	requireSetup(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(`FROM `+testImage+`
+ENV PATH=/opt/tools/bin:/usr/bin:/bin GREETING=hello LANG=C.UTF-8
+RUN mkdir -p /opt/tools/bin && printf '#!/bin/sh\necho tool $GREETING\n' > /opt/tools/bin/mytool && chmod 755 /opt/tools/bin/mytool
+`), 0o644)
+	name := "agentbox-test/envimage:" + randHex(4)
+	img, err := image.BuildDockerfile(t.Context(), image.DockerfileOptions{Dockerfile: filepath.Join(dir, "Dockerfile"), Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		exec.Command("docker", "rmi", "-f", name).Run()
+		// The local backend's unpacked copy in the machine-wide cache.
+		if u, ok := image.CachedID(image.DefaultCache, img.ID); ok {
+			os.RemoveAll(filepath.Dir(u.Rootfs))
+		}
+	})
+	const script = `mytool; echo "PATH=$PATH"; echo "HOME=$HOME"; echo "LANG=$LANG"; echo "TASK=$TASK"; touch "$HOME/.probe" && echo home writable; env | grep -c AWS_SECRET_ACCESS_KEY`
+	want := "tool hello\nPATH=/opt/tools/bin:/usr/bin:/bin\nHOME=" + sandbox.DefaultHome + "\nLANG=en\nTASK=request\nhome writable\n0\n"
+	forEachBackend(t, func(t *testing.T, e *env) {
+		w, err := e.m.CreateWorkspace(t.Context(), manager.CreateRequest{Repo: e.repo.ID, Task: "env"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := sandbox.Spec{Image: name, Policy: &policy.Policy{Network: policy.Network{Mode: policy.ModeNone}, Env: map[string]string{"LANG": "en", "TASK": "policy"}}}
+		if _, err := e.m.CreateSandbox(t.Context(), w.ID, spec); err != nil {
+			t.Fatalf("CreateSandbox %s on %s: %v", name, e.name, err)
+		}
+		var out, errOut syncBuffer
+		res, err := e.m.Exec(t.Context(), w.ID, guest.ExecRequest{Argv: []string{"sh", "-c", script}, Env: []string{"TASK=request"}, Timeout: time.Minute}, nil, &out, &errOut)
+		if err != nil || res.ExitCode != 1 && res.ExitCode != 0 || out.String() != want {
+			t.Errorf("%s: %v %+v stdout\n%s\nstderr %s\nwant\n%s", e.name, err, res, out.String(), errOut.String(), want)
+		}
+	})
 }
