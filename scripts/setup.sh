@@ -8,6 +8,8 @@
 # Environment:
 #   AGENTBOX_DOCKER_WAIT  seconds to wait for dockerd to answer (default 60)
 #   AGENTBOX_DOCKERD_LOG  dockerd's log file (default /var/log/dockerd.log)
+#   AGENTBOX_CACHE        builds kept between runs, outside any clone (default /var/cache/agentbox)
+#   GO                    the go command that builds runsc (default: go on PATH or /usr/local/go/bin)
 set -euo pipefail
 
 readonly PACKAGES=(git docker.io runsc bubblewrap busybox-static debootstrap iproute2 ca-certificates jq)
@@ -16,6 +18,14 @@ readonly DOCKER_SOCK=/var/run/docker.sock
 readonly DOCKER_WAIT=${AGENTBOX_DOCKER_WAIT:-60}
 readonly DOCKERD_LOG=${AGENTBOX_DOCKERD_LOG:-/var/log/dockerd.log}
 readonly APT_LOG=/var/log/agentbox-setup-apt.log
+# gVisor, pinned: the runsc built from the Go module proxy (see step 2).
+readonly GVISOR_VERSION=v0.0.0-20260905035102-160fafc42237
+readonly RUNSC_CACHE=${AGENTBOX_CACHE:-/var/cache/agentbox}/gvisor
+readonly RUNSC_PREFIX=/usr/local/lib/agentbox/gvisor
+readonly RUNSC_BUILD_LOG=/var/log/agentbox-setup-runsc.log
+# systrap against ptrace, measured on this machine (a Firecracker VM, kernel 6.18):
+# see the commit that set it.
+readonly RUNSC_PLATFORM=systrap
 
 # This script manages the local engine, whatever DOCKER_HOST or a CLI context says.
 export DOCKER_HOST="unix://${DOCKER_SOCK}"
@@ -96,13 +106,89 @@ else
 	log "packages: all ${#PACKAGES[@]} present"
 fi
 
-RUNSC=$(command -v runsc) || die "runsc not on PATH after installing the runsc package"
+# 2. gVisor. Debian's runsc (0.0~20221219) mishandles statx: `ls -l`, `stat` and `ls /` fail
+# with EINVAL inside it. A current runsc is built from the Go module proxy at a pinned version,
+# statically (CGO_ENABLED=0): a cgo build is linked against the host's libc, and once runsc
+# has pivoted into its empty chroot its re-execution of /proc/self/exe fails with ENOENT (the
+# ELF interpreter is gone), which is the "error executing umounter" a plain `go install`
+# gives. The build is cached under RUNSC_CACHE by version and installed under RUNSC_PREFIX
+# by version, so that changing the pin builds once, registers the new path and reloads
+# dockerd, and a second run with the same pin builds nothing. Debian's runsc stays the
+# fallback when the build fails (no Go, no module proxy) or the result does not run.
+build_runsc() {
+	local go=${GO:-} out tmp
+	[[ -n $go ]] || go=$(PATH="$PATH:/usr/local/go/bin" command -v go) || {
+		log "gvisor: no go toolchain (install Go at /usr/local/go) to build runsc ${GVISOR_VERSION}" >&2
+		return 1
+	}
+	out="${RUNSC_CACHE}/${GVISOR_VERSION}/runsc"
+	if [[ ! -x $out ]]; then
+		log "gvisor: building runsc ${GVISOR_VERSION} (static, about a minute the first time; log ${RUNSC_BUILD_LOG})" >&2
+		mkdir -p "${RUNSC_CACHE}/${GVISOR_VERSION}"
+		tmp=$(mktemp -d "${RUNSC_CACHE}/${GVISOR_VERSION}/.build.XXXXXX")
+		# -X sets what `runsc --version` prints (else VERSION_MISSING), so that doctor can name it.
+		if ! CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS="-trimpath -buildvcs=false" GOTOOLCHAIN=local \
+			"$go" install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=${GVISOR_VERSION}" \
+			"gvisor.dev/gvisor/runsc@${GVISOR_VERSION}" >>"$RUNSC_BUILD_LOG" 2>&1; then
+			rm -rf "$tmp"
+			log "gvisor: building runsc ${GVISOR_VERSION} failed: see ${RUNSC_BUILD_LOG}" >&2
+			return 1
+		fi
+		mv -f "$tmp/runsc" "$out"
+		rm -rf "$tmp"
+	fi
+	echo "$out"
+}
 
-# 2. Register runsc in daemon.json, merging with whatever the file already holds.
+# runsc_static: a dynamically linked runsc cannot re-execute itself from its chroot.
+runsc_static() {
+	local out
+	out=$(LC_ALL=C ldd "$1" 2>&1) || true # ldd fails on a static binary, saying so
+	[[ $out == *"not a dynamic executable"* || $out == *"statically linked"* ]]
+}
+
+# runsc_boots: the functional probe of a runsc outside dockerd: a sandbox over the host's
+# root that lists / and stats a file (what Debian's 2022 build fails).
+runsc_boots() {
+	timeout 60 "$1" --network=none --platform="$RUNSC_PLATFORM" --ignore-cgroups do \
+		/bin/sh -c 'ls -la / >/dev/null && stat /etc/hostname >/dev/null' >>"$RUNSC_BUILD_LOG" 2>&1
+}
+
+install_runsc() {
+	local built=$1 dst="${RUNSC_PREFIX}/${GVISOR_VERSION}/runsc"
+	if [[ ! -x $dst ]] || ! cmp -s "$built" "$dst"; then
+		mkdir -p "$(dirname "$dst")"
+		install -m 0755 "$built" "${dst}.new"
+		mv -f "${dst}.new" "$dst"
+		log "gvisor: installed runsc ${GVISOR_VERSION} at ${dst}" >&2
+	fi
+	echo "$dst"
+}
+
+RUNSC=""
+if built=$(build_runsc); then
+	if ! runsc_static "$built"; then
+		log "gvisor: ${built} is dynamically linked; it cannot boot from its chroot: not used"
+	elif ! runsc_boots "$built"; then
+		log "gvisor: ${built} failed its probe (runsc do ls -la /; stat): see ${RUNSC_BUILD_LOG}; not used"
+	else
+		RUNSC=$(install_runsc "$built")
+	fi
+fi
+if [[ -z $RUNSC ]]; then
+	RUNSC=$(command -v runsc) || die "no runsc: the build failed and the runsc package put none on PATH"
+	log "gvisor: falling back to Debian's ${RUNSC}: ls -l and stat fail inside it"
+fi
+
+# Register runsc in daemon.json, merging with whatever the file already holds.
 # --network=none: sandboxes have no network stack of their own; egress goes through the guest.
 # --host-uds=open: lets the guest reach a unix socket bind-mounted from the host.
+# --platform: measured, see RUNSC_PLATFORM. Debian's fallback keeps its own default (ptrace).
+runsc_args=(--network=none --host-uds=open)
+[[ $RUNSC == /usr/bin/runsc ]] || runsc_args+=("--platform=${RUNSC_PLATFORM}")
 daemon_json_changed=false
-want_runsc=$(jq -cn --arg path "$RUNSC" '{path: $path, runtimeArgs: ["--network=none", "--host-uds=open"]}')
+# (jq 1.6 takes "--network=none" after --args for an option of its own: one JSON string each.)
+want_runsc=$(printf '%s\n' "${runsc_args[@]}" | jq -cRn --arg path "$RUNSC" '{path: $path, runtimeArgs: [inputs]}')
 mkdir -p "$(dirname "$DAEMON_JSON")"
 if [[ -s $DAEMON_JSON ]]; then
 	jq -e . "$DAEMON_JSON" >/dev/null 2>&1 ||
@@ -179,7 +265,7 @@ problems=()
 git_v=$(git --version 2>&1) || problems+=("git: ${git_v}")
 bwrap_v=$(bwrap --version 2>&1) || problems+=("bwrap: ${bwrap_v}")
 # No pipe into head here: under pipefail, runsc dying of SIGPIPE would fail the check.
-runsc_v=$(timeout 10 runsc --version 2>&1) || problems+=("runsc: ${runsc_v}")
+runsc_v=$(timeout 10 "$RUNSC" --version 2>&1) || problems+=("runsc: ${runsc_v}")
 runsc_v=${runsc_v%%$'\n'*}
 if runtimes=$(docker_runtimes) && [[ -n $runtimes ]]; then
 	jq -e --argjson want "$want_runsc" "has(\"runc\") and ${RUNSC_MATCHES}" <<<"$runtimes" >/dev/null 2>&1 ||
@@ -191,4 +277,4 @@ api_v=$(timeout 10 docker version --format '{{.Server.APIVersion}}' 2>/dev/null)
 if ((${#problems[@]} > 0)); then
 	die "verification failed: $(IFS=';'; echo "${problems[*]}")"
 fi
-log "ok: ${git_v}; ${bwrap_v}; ${runsc_v}; docker API ${api_v}, runtimes $(jq -c 'keys' <<<"$runtimes")"
+log "ok: ${git_v}; ${bwrap_v}; ${runsc_v} at ${RUNSC}; docker API ${api_v}, runtimes $(jq -c 'keys' <<<"$runtimes")"

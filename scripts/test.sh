@@ -11,12 +11,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 # Nothing is pulled: build the images the tests run. busybox (seconds) for
 # most tests; Debian (debootstrap from Debian's mirror: minutes the first
-# time) for git inside a sandbox. A second run finds each matching its
+# time) for git inside a sandbox; the tool image for the tool battery. A second run finds each matching its
 # recipe and skips it. Both land in the engine and, unpacked for the local
 # backend, in the default data dir.
 build_agentbox
 "$AGENTBOX" image build --kind busybox
 "$AGENTBOX" image build --kind debian
+# The tool battery's image (issue 11): Go, Node and npm, unzip and zip, and
+# networkx, whose own test suite is the real suite it runs. apt installs
+# them over the cached debootstrap result (about 90 s the first time).
+"$AGENTBOX" image build --kind debian --packages golang-go,nodejs,npm,unzip,zip,python3-networkx --tag agentbox/debian:tools
 # Checks that depend on the setup above fail instead of skipping.
 export AGENTBOX_REQUIRE_SETUP=1
 go vet ./...

@@ -27,7 +27,7 @@ func (c *cli) doctorCmd() *cobra.Command {
 				dataDir = ""
 			}
 			rep := doctor.Run(cmd.Context(), doctor.Options{DataDir: dataDir})
-			err = c.emit(map[string]any{"id": "doctor", "ok": rep.OK, "checks": rep.Checks}, func(w io.Writer) {
+			err = c.emit(map[string]any{"id": "doctor", "ok": rep.OK, "checks": rep.Checks, "probes": rep.Probes}, func(w io.Writer) {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				for _, ch := range rep.Checks {
 					fmt.Fprintf(tw, "%s\t%s\t%s\n", mark(string(ch.Status)), ch.Name, ch.Detail)

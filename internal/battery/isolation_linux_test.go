@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/backend/docker"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -272,6 +273,17 @@ func testIA32(t *testing.T, x *box) {
 		if res == "0" {
 			t.Errorf("%s through int $0x80 succeeded inside (control: %s)", name, ctl[name])
 		}
+		if res == "hung" {
+			// gVisor has no i386 entry for 64-bit processes (ENOSYS
+			// without a filter); under the guest's filter, which kills
+			// a process for one, systrap leaves the process stuck until
+			// it is killed. Elsewhere a hang is a failure to kill.
+			if x.e.name != docker.NameGVisor {
+				t.Errorf("%s through int $0x80 neither returned nor was killed inside", name)
+			} else {
+				t.Logf("%s: %s through int $0x80 hung until killed (gVisor systrap; documented)", x.e.name, name)
+			}
+		}
 	}
 }
 
@@ -303,6 +315,10 @@ func testProcSys(t *testing.T, x *box) {
 // allowedDev are the entries a minimal /dev may hold.
 var allowedDev = []string{"null", "zero", "full", "random", "urandom", "tty", "pts", "ptmx", "shm", "mqueue", "fd", "stdin", "stdout", "stderr", "core"}
 
+// allowedCharDevs are the numbers of allowedDev's character devices: null, zero, full,
+// random, urandom, tty, ptmx.
+var allowedCharDevs = []string{"1:3", "1:5", "1:7", "1:8", "1:9", "5:0", "5:2"}
+
 func testDevices(t *testing.T, x *box) {
 	disks, _ := os.ReadDir("/sys/block")
 	args := []string{"devs"}
@@ -322,8 +338,13 @@ func testDevices(t *testing.T, x *box) {
 	}
 	for _, f := range linesWith(out, "dev") {
 		name := strings.TrimPrefix(f[0], "/dev/")
-		first, _, _ := strings.Cut(name, "/")
+		first, rest, _ := strings.Cut(name, "/")
 		if slices.Contains(allowedDev, first) {
+			continue
+		}
+		// /dev/char/MAJOR:MINOR (gVisor 2026) names the nodes above by
+		// number: those of the minimal set are allowed as they are.
+		if first == "char" && slices.Contains(allowedCharDevs, rest) {
 			continue
 		}
 		// A runtime may list nodes it does not let anyone open (gVisor
@@ -339,13 +360,18 @@ func testDevices(t *testing.T, x *box) {
 		}
 	}
 	// nodev by behaviour: a /dev/null node the host put in the workspace
-	// must not open inside.
-	node := filepath.Join(x.files(), ".battery-nulldev")
-	if err := mknodNull(node); err != nil {
+	// must not open inside. gVisor serves a node on a bind mount from its
+	// own emulated devices (its null is its own), never the host's: there
+	// a node of a device it does not emulate (/dev/kmsg) must not open.
+	node, dev, probe := filepath.Join(x.files(), ".battery-nulldev"), unix.Mkdev(1, 3), "echo x > /workspace/.battery-nulldev"
+	if !x.e.hostVisible() {
+		node, dev, probe = filepath.Join(x.files(), ".battery-kmsgdev"), unix.Mkdev(1, 11), "head -c1 /workspace/.battery-kmsgdev"
+	}
+	if err := mknodChar(node, dev); err != nil {
 		t.Fatalf("mknod on the host: %v", err)
 	}
 	defer os.Remove(node)
-	if res, _, _ := x.sh(t, "echo x > /workspace/.battery-nulldev"); res.ExitCode == 0 {
+	if res, _, _ := x.sh(t, probe); res.ExitCode == 0 {
 		t.Errorf("a device node in the workspace opens inside: the workspace is not nodev")
 	}
 }
@@ -566,7 +592,7 @@ var allowedMounts = []string{"/", "/proc", "/dev", "/dev/pts", "/dev/shm", "/dev
 
 func testMounts(t *testing.T, x *box) {
 	_, out, _ := x.sh(t, "cat /proc/self/mountinfo")
-	var ws []string
+	var ws, sentryCgroups []string
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 7 {
@@ -585,7 +611,24 @@ func testMounts(t *testing.T, x *box) {
 			t.Errorf("undeclared mount inside: %s", line)
 		}
 		if masked && !slices.Contains(strings.Split(f[5], ","), "ro") && f[3] != "/null" && f[3] != "/dev/null" {
+			if !x.e.hostVisible() && strings.HasPrefix(point, "/sys/fs/cgroup/") && fsType(f) == "cgroup" {
+				// gVisor mounts its own cgroupfs controllers read-write
+				// under the read-only /sys/fs/cgroup; they are the
+				// sentry's, not the host's. Checked by behaviour below.
+				sentryCgroups = append(sentryCgroups, point)
+				continue
+			}
 			t.Errorf("a masking mount is writable: %s", line)
+		}
+	}
+	if len(sentryCgroups) > 0 {
+		// Nothing in them takes a write or a new cgroup from the sandbox user.
+		_, wrote, _ := x.sh(t, `for d in `+strings.Join(sentryCgroups, " ")+`; do
+	mkdir "$d/battery" 2>/dev/null && echo "mkdir $d/battery"
+	for f in "$d"/*; do [ -f "$f" ] && (printf 1 >"$f") 2>/dev/null && echo "wrote $f"; done
+done; true`)
+		if strings.TrimSpace(wrote) != "" {
+			t.Errorf("the sandbox user writes gVisor's cgroupfs: %s", wrote)
 		}
 	}
 	if ws == nil {
@@ -608,8 +651,19 @@ func managerCreate(e *env, task string) manager.CreateRequest {
 	return manager.CreateRequest{Repo: e.repo.ID, Task: task}
 }
 
-func mknodNull(p string) error {
-	if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+// fsType is the file system type of a mountinfo line's fields (the one after "-").
+func fsType(f []string) string {
+	if i := slices.Index(f, "-"); i >= 0 && i+1 < len(f) {
+		return f[i+1]
+	}
+	return ""
+}
+
+func mknodNull(p string) error { return mknodChar(p, unix.Mkdev(1, 3)) }
+
+// mknodChar makes a character device node that anyone may open.
+func mknodChar(p string, dev uint64) error {
+	if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(dev)); err != nil {
 		return err
 	}
 	return os.Chmod(p, 0o666)

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -141,11 +142,22 @@ func requireSetup(t *testing.T) {
 
 func sumRuntimes() map[string]string {
 	out := map[string]string{}
+	paths := map[string]string{}
 	for _, name := range runtimeBinaries {
-		p, err := exec.LookPath(name)
-		if err != nil {
-			continue
+		if p, err := exec.LookPath(name); err == nil {
+			paths[name] = p
 		}
+	}
+	// The runsc the engine runs is the one setup.sh built, off PATH.
+	if b, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output(); err == nil {
+		var rts map[string]struct {
+			Path string `json:"path"`
+		}
+		if json.Unmarshal(b, &rts) == nil && filepath.IsAbs(rts["runsc"].Path) {
+			paths["runsc (registered)"] = rts["runsc"].Path
+		}
+	}
+	for name, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
 			continue

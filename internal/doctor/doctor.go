@@ -33,6 +33,28 @@ type Check struct {
 	Detail string `json:"detail"`
 	// Fix is the command or step that fixes the problem; empty when Status is ok.
 	Fix string `json:"fix,omitempty"`
+	// Probe is the functional probe behind a probe-BACKEND check.
+	Probe *Probe `json:"probe,omitempty"`
+}
+
+// Probe is the outcome of one backend's functional probe: ordinary developer tools run
+// in an environment made the way that backend makes a sandbox's (same runtime, user,
+// read-only root, no network).
+type Probe struct {
+	// Backend is "docker", "gvisor" or "local".
+	Backend string `json:"backend"`
+	// OK is true when every tool ran.
+	OK bool `json:"ok"`
+	// Image is the image (or unpacked root file system) the probe ran in.
+	Image string `json:"image,omitempty"`
+	// Runtime is what ran it: the OCI runtime's path and version, or bubblewrap's.
+	Runtime string `json:"runtime,omitempty"`
+	// Commands are the tools the probe runs.
+	Commands []string `json:"commands"`
+	// DurationMS is how long the probe took.
+	DurationMS int64 `json:"duration_ms"`
+	// Detail says what failed and why, or what ran.
+	Detail string `json:"detail"`
 }
 
 // Report is the result of Run.
@@ -41,6 +63,8 @@ type Report struct {
 	Checks []Check `json:"checks"`
 	// OK is true when no required check is missing.
 	OK bool `json:"ok"`
+	// Probes are the backends' functional probes (also in Checks, as probe-BACKEND).
+	Probes []Probe `json:"probes"`
 }
 
 // Options configures Run.
@@ -52,7 +76,13 @@ type Options struct {
 	// DockerHost is the engine's address, unix:///path or tcp://host:port. Empty means
 	// $DOCKER_HOST, or unix:///var/run/docker.sock when that is unset too.
 	DockerHost string
+	// ImageCache is where the local backend keeps images unpacked by id (config
+	// image_cache). Empty means DefaultImageCache.
+	ImageCache string
 }
+
+// DefaultImageCache is the local backend's default cache of unpacked images.
+const DefaultImageCache = "/var/cache/agentbox/images"
 
 // required lists the checks whose "missing" makes Report.OK false: git, and bubblewrap,
 // which confines every host-side git over a workspace (diff, status, commit; see
@@ -78,8 +108,17 @@ func Run(ctx context.Context, opts Options) Report {
 	if opts.DockerHost == "" {
 		opts.DockerHost = defaultDockerHost
 	}
+	if opts.ImageCache == "" {
+		opts.ImageCache = DefaultImageCache
+	}
 	checks := runChecks(ctx, opts)
-	return Report{Checks: checks, OK: reportOK(checks)}
+	probes := []Probe{}
+	for _, c := range checks {
+		if c.Probe != nil {
+			probes = append(probes, *c.Probe)
+		}
+	}
+	return Report{Checks: checks, OK: reportOK(checks), Probes: probes}
 }
 
 const defaultDockerHost = "unix:///var/run/docker.sock"

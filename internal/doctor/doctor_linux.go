@@ -29,6 +29,7 @@ func runChecks(ctx context.Context, opts Options) []Check {
 		{names: []string{"bubblewrap"}, timeout: toolTimeout, run: one(checkBubblewrap)},
 		{names: []string{"runsc"}, timeout: toolTimeout, run: one(checkRunsc)},
 		{names: dockerCheckNames, timeout: dockerTimeout, run: checkDocker},
+		{names: probeCheckNames, timeout: probeTimeout, run: checkProbes},
 	})
 }
 

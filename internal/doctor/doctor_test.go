@@ -8,12 +8,15 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/agentbox/agentbox/internal/image"
 )
 
 // requireSetupEnv, when "1", says scripts/setup.sh has run on this machine, so every
@@ -24,6 +27,7 @@ var allNames = []string{
 	"overlayfs", "user-namespaces", "cgroups", "landlock", "seccomp",
 	"git", "bubblewrap", "runsc",
 	"docker", "docker-runtime-runc", "docker-runtime-runsc",
+	"probe-docker", "probe-gvisor", "probe-local",
 }
 
 func byName(t *testing.T, r Report) map[string]Check {
@@ -49,8 +53,16 @@ func names(r Report) []string {
 // TestRunOnThisMachine runs every check for real.
 func TestRunOnThisMachine(t *testing.T) {
 	dataDir := t.TempDir()
+	// The local probe's root file system: busybox unpacked from the engine into a cache
+	// of the test's own, as the local backend does on first use.
+	cache := t.TempDir()
+	if os.Getenv(requireSetupEnv) == "1" {
+		if _, err := image.Unpack(t.Context(), "agentbox/busybox:latest", cache); err != nil {
+			t.Fatalf("unpacking busybox for the local probe: %v", err)
+		}
+	}
 	start := time.Now()
-	r := Run(t.Context(), Options{DataDir: dataDir})
+	r := Run(t.Context(), Options{DataDir: dataDir, ImageCache: cache})
 	took := time.Since(start)
 	for _, c := range r.Checks {
 		t.Logf("%-22s %-7s %s  fix=%q", c.Name, c.Status, c.Detail, c.Fix)
@@ -60,8 +72,8 @@ func TestRunOnThisMachine(t *testing.T) {
 	if diff := cmp.Diff(allNames, names(r)); diff != "" {
 		t.Fatalf("check names (-want +got):\n%s", diff)
 	}
-	if took > toolTimeout+2*time.Second {
-		t.Errorf("Run took %s, want under %s", took, toolTimeout+2*time.Second)
+	if took > probeTimeout+2*time.Second {
+		t.Errorf("Run took %s, want under %s", took, probeTimeout+2*time.Second)
 	}
 	for _, c := range r.Checks {
 		switch c.Status {
@@ -111,6 +123,17 @@ func TestRunOnThisMachine(t *testing.T) {
 		if c.Status != StatusOK {
 			t.Errorf("%s=1 but %s is %s: %s (fix: %s)", requireSetupEnv, c.Name, c.Status, c.Detail, c.Fix)
 		}
+	}
+	if len(r.Probes) != 3 {
+		t.Errorf("probes %+v, want one per backend", r.Probes)
+	}
+	for _, p := range r.Probes {
+		if !p.OK || p.Image == "" || p.Runtime == "" || len(p.Commands) == 0 {
+			t.Errorf("probe %+v, want ok with its image, runtime and commands", p)
+		}
+	}
+	if g := got["probe-gvisor"]; !strings.Contains(g.Detail, "runsc") {
+		t.Errorf("probe-gvisor detail %q names no runsc", g.Detail)
 	}
 	if d := got["docker"]; !strings.Contains(d.Detail, "API 1.") {
 		t.Errorf("docker detail %q names no API version", d.Detail)
@@ -353,8 +376,26 @@ func TestReportJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{"checks":[{"name":"git","status":"ok","detail":"git version 2.39.5"},` +
-		`{"name":"docker","status":"missing","detail":"not answering","fix":"scripts/setup.sh"}],"ok":true}`
+		`{"name":"docker","status":"missing","detail":"not answering","fix":"scripts/setup.sh"}],"ok":true,"probes":null}`
 	if diff := cmp.Diff(want, string(b)); diff != "" {
 		t.Errorf("JSON (-want +got):\n%s", diff)
+	}
+}
+
+// TestProbeFlagsBrokenRunsc runs the probe's script under Debian's runsc 2022 (when it is
+// installed: setup.sh keeps it as the fallback), whose statx fails, and checks that the
+// probe's judgement names the failing tool and the reason, and marks the backend broken.
+func TestProbeFlagsBrokenRunsc(t *testing.T) {
+	const debianRunsc = "/usr/bin/runsc"
+	out, err := exec.Command(debianRunsc, "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "0.0~2022") || os.Geteuid() != 0 {
+		t.Skipf("no Debian runsc 2022 to run as root here (%v: %s)", err, firstLine(string(out)))
+	}
+	p := Probe{Backend: "gvisor", Image: "the host's root", Runtime: runtimeVersion(t.Context(), debianRunsc), Commands: probeCommands}
+	args := []string{"--network=none", "--ignore-cgroups", "do", "/bin/sh", "-c", probeScript}
+	got, c := finishProbe(t.Context(), p, debianRunsc, args, dockerFix)
+	t.Logf("%+v", got)
+	if got.OK || c.Status != StatusMissing || !strings.Contains(c.Detail, "Invalid argument") || !strings.Contains(c.Fix, "statx") {
+		t.Errorf("probe under Debian's runsc: %+v %+v, want missing with the statx failure and a fix", got, c)
 	}
 }

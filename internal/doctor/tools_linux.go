@@ -3,6 +3,8 @@ package doctor
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -50,20 +52,48 @@ func checkBubblewrap(ctx context.Context, _ Options) Check {
 	return c
 }
 
-// checkRunsc: gVisor's runtime binary, which the gvisor backend reaches through Docker.
-// Whether Docker has it registered is the docker-runtime-runsc check.
-func checkRunsc(ctx context.Context, _ Options) Check {
+// checkRunsc: gVisor's runtime binary, which the gvisor backend reaches through Docker: the
+// one the engine has registered (scripts/setup.sh builds a current one off PATH), else the
+// one on PATH. Whether it runs ordinary tools is the probe-gvisor check.
+func checkRunsc(ctx context.Context, opts Options) Check {
 	c := Check{Name: "runsc"}
-	path, err := exec.LookPath("runsc")
-	if err != nil {
-		c.Status, c.Detail, c.Fix = StatusMissing, "runsc not found on PATH", "apt-get install -y runsc (or scripts/setup.sh)"
-		return c
+	path, how := registeredRunsc(ctx, opts.DockerHost), "registered with the engine"
+	if path == "" {
+		p, err := exec.LookPath("runsc")
+		if err != nil {
+			c.Status, c.Detail, c.Fix = StatusMissing, "runsc not registered with the engine nor on PATH", "scripts/setup.sh"
+			return c
+		}
+		path, how = p, "on PATH (the engine lists none)"
 	}
 	out, err := command(ctx, path, "--version")
 	if err != nil {
-		c.Status, c.Detail, c.Fix = StatusMissing, path+" --version: "+commandError(err, out), "apt-get install -y --reinstall runsc"
+		c.Status, c.Detail, c.Fix = StatusMissing, path+" --version: "+commandError(err, out), "scripts/setup.sh"
 		return c
 	}
-	c.Status, c.Detail = StatusOK, firstLine(out)+" at "+path
+	c.Status, c.Detail = StatusOK, firstLine(out)+" at "+path+", "+how
+	if strings.Contains(out, "0.0~2022") {
+		// Debian's 0.0~20221219: statx fails with EINVAL, so ls -l, stat and ls / fail.
+		c.Status = StatusWarn
+		c.Detail += "; this build breaks statx (ls -l, stat fail inside gVisor)"
+		c.Fix = "scripts/setup.sh (builds and registers a current runsc)"
+	}
 	return c
+}
+
+// registeredRunsc is the path of the engine's runsc runtime, or "".
+func registeredRunsc(ctx context.Context, host string) string {
+	client, base, err := dockerClient(host)
+	if err != nil {
+		return ""
+	}
+	defer client.CloseIdleConnections()
+	var info dockerInfo
+	if err := dockerGetJSON(ctx, client, base, "/info", &info); err != nil {
+		return ""
+	}
+	if p := info.Runtimes["runsc"].Path; filepath.IsAbs(p) {
+		return p
+	}
+	return ""
 }

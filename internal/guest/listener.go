@@ -49,6 +49,17 @@ const (
 	// thread costs host tasks against the pids limit, and reaching that
 	// limit ends the whole sandbox anyway.
 	PrewarmEnv = "AGENTBOX_GUEST_PREWARM"
+	// SubreaperEnv, when "0", keeps the guest's reapers from being child
+	// subreapers: orphans of commands then go to the guest (PID 1), which
+	// sweeps them when no command runs. The gvisor backend sets it: gVisor
+	// (as of 2026-09) honours PR_SET_CHILD_SUBREAPER but does not recount a
+	// process group's links to its session when it reparents an orphan, so
+	// the reap of an orphan that went to the reaper (in another group of
+	// the command's session) takes away a link it never counted, and
+	// gVisor sends the stopped members of the command's group SIGHUP
+	// (job control ends with rc 129). gVisor 2022-12 reparented orphans to
+	// PID 1 whatever a process asked.
+	SubreaperEnv = "AGENTBOX_GUEST_SUBREAPER"
 	// DefaultProxyAddr is the address the daemon gives in ProxyEnv, and
 	// the one HTTP_PROXY names in commands' environments.
 	DefaultProxyAddr = "127.0.0.1:3128"

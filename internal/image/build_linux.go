@@ -39,7 +39,7 @@ func Build(ctx context.Context, opts BuildOptions) (Image, error) {
 			return fail(err)
 		}
 	case KindDebian:
-		rec.Debian = newDebootstrapRecipe()
+		rec.Debian = newDebootstrapRecipe(o.Packages)
 	}
 	b := &builder{o: o, rec: rec, logf: func(format string, args ...any) {
 		fmt.Fprintf(o.Progress, format+"\n", args...)

@@ -52,53 +52,26 @@ const gitConfig = `[user]
 `
 
 // buildDebian fills stage with a Debian root file system: the cached
-// debootstrap result if there is one, else a fresh debootstrap (cached for
-// next time), then the sandbox user and the agentbox files.
+// result of the recipe if there is one, else the base (the cached
+// debootstrap result, or a fresh debootstrap, cached for next time) with
+// the recipe's extra packages installed by apt (cached apart), then the
+// sandbox user and the agentbox files.
 func (b *builder) buildDebian(ctx context.Context, stage string) error {
 	d, o := b.rec.Debian, b.o
 	arch := hostArch()
-	var cached string
-	if o.CacheDir != "" {
-		cached = filepath.Join(o.CacheDir, fmt.Sprintf("debootstrap-%s-%s-%s.tar", d.Suite, arch, d.cacheKey(o.Mirror, arch)))
-	}
-	fresh := true
-	if cached != "" {
-		if _, err := os.Stat(cached); err == nil {
-			start := time.Now()
-			b.logf("unpacking the cached debootstrap result %s", cached)
-			if err := untar(ctx, cached, stage); err != nil {
-				if ctx.Err() != nil {
-					return err
-				}
-				// A damaged cache heals itself: drop it and bootstrap again.
-				b.logf("warning: %v; removing it and running debootstrap", err)
-				os.Remove(cached)
-				if err := emptyDir(stage); err != nil {
-					return err
-				}
-			} else {
-				b.logf("unpacked in %s", time.Since(start).Round(100*time.Millisecond))
-				fresh = false
-			}
-		}
-	}
-	if fresh {
-		if err := b.debootstrap(ctx, stage, d, arch); err != nil {
+	base := *d
+	base.Extra = nil
+	if len(d.Extra) == 0 {
+		if err := b.cachedStage(ctx, stage, &base, arch, func() error { return b.debootstrap(ctx, stage, &base, arch) }); err != nil {
 			return err
 		}
-		if err := slimDebian(stage); err != nil {
-			return fmt.Errorf("cleaning the debootstrap result: %w", err)
+	} else if err := b.cachedStage(ctx, stage, d, arch, func() error {
+		if err := b.cachedStage(ctx, stage, &base, arch, func() error { return b.debootstrap(ctx, stage, &base, arch) }); err != nil {
+			return err
 		}
-		if cached != "" {
-			if err := writeCache(ctx, stage, cached); err != nil {
-				if ctx.Err() != nil {
-					return err
-				}
-				b.logf("warning: not caching the debootstrap result: %v", err)
-			} else {
-				b.logf("cached the debootstrap result in %s", cached)
-			}
-		}
+		return b.aptInstall(ctx, stage, d.Extra)
+	}); err != nil {
+		return err
 	}
 	if err := addUser(stage, string(KindDebian), o, "/bin/bash"); err != nil {
 		return err
@@ -107,6 +80,90 @@ func (b *builder) buildDebian(ctx context.Context, stage string) error {
 		{path: "etc/gitconfig", mode: 0o644, data: gitConfig},
 	}, commonEntries(o, b.rec)...)
 	return createAll(stage, entries)
+}
+
+// cachedStage fills stage with the cached tree of recipe d, or makes it with
+// make, slims it and caches it for next time.
+func (b *builder) cachedStage(ctx context.Context, stage string, d *debootstrapRecipe, arch string, make func() error) error {
+	o := b.o
+	var cached string
+	if o.CacheDir != "" {
+		cached = filepath.Join(o.CacheDir, fmt.Sprintf("debootstrap-%s-%s-%s.tar", d.Suite, arch, d.cacheKey(o.Mirror, arch)))
+	}
+	if cached != "" {
+		if _, err := os.Stat(cached); err == nil {
+			start := time.Now()
+			b.logf("unpacking the cached tree %s", cached)
+			if err := untar(ctx, cached, stage); err != nil {
+				if ctx.Err() != nil {
+					return err
+				}
+				// A damaged cache heals itself: drop it and make it again.
+				b.logf("warning: %v; removing it and making it again", err)
+				os.Remove(cached)
+				if err := emptyDir(stage); err != nil {
+					return err
+				}
+			} else {
+				b.logf("unpacked in %s", time.Since(start).Round(100*time.Millisecond))
+				return nil
+			}
+		}
+	}
+	if err := make(); err != nil {
+		return err
+	}
+	if err := slimDebian(stage); err != nil {
+		return fmt.Errorf("cleaning the tree: %w", err)
+	}
+	if cached != "" {
+		if err := writeCache(ctx, stage, cached); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			b.logf("warning: not caching the tree: %v", err)
+		} else {
+			b.logf("cached the tree in %s", cached)
+		}
+	}
+	return nil
+}
+
+// aptScript installs packages in the root at $1 from its own apt sources,
+// in a mount namespace of its own (the caller's), where /proc, /dev and the
+// host's resolv.conf are mounted for apt and the maintainer scripts only.
+const aptScript = `set -e
+root=$1; shift
+mount --make-rprivate /
+mount -t proc proc "$root/proc"
+mount --rbind /dev "$root/dev"
+touch "$root/etc/resolv.conf"
+mount --bind /etc/resolv.conf "$root/etc/resolv.conf"
+chroot "$root" apt-get update -q
+chroot "$root" apt-get install -y -q --no-install-recommends "$@"
+chroot "$root" apt-get clean
+`
+
+// aptInstall installs extra packages into a Debian tree with apt.
+func (b *builder) aptInstall(ctx context.Context, stage string, pkgs []string) error {
+	b.logf("installing %s with apt", strings.Join(pkgs, " "))
+	start := time.Now()
+	out := newTail(20)
+	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", aptScript, "apt-install", stage}, pkgs...)...)
+	cmd.Env = append(debootstrapEnv(), "DEBIAN_FRONTEND=noninteractive")
+	cmd.Stdout = io.MultiWriter(b.o.Progress, out)
+	cmd.Stderr = cmd.Stdout
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Unshareflags: syscall.CLONE_NEWNS}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("installing %s: %w", strings.Join(pkgs, " "), ctx.Err())
+		}
+		return fmt.Errorf("installing %s: %v:\n%s", strings.Join(pkgs, " "), err, out)
+	}
+	b.logf("apt installed them in %s", time.Since(start).Round(time.Second))
+	return nil
 }
 
 // debootstrap runs debootstrap into stage. It runs in a mount namespace of

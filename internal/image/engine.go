@@ -148,12 +148,16 @@ func describe(name string, img client.ImageInspectResult) Image {
 
 // imageLabels is what Build sets on an image.
 func imageLabels(o BuildOptions, r recipe) map[string]string {
-	return map[string]string{
+	l := map[string]string{
 		LabelKind:   string(o.Kind),
 		LabelRecipe: r.Hash(),
 		LabelUID:    strconv.Itoa(o.UID),
 		LabelGID:    strconv.Itoa(o.GID),
 	}
+	if len(o.Packages) > 0 {
+		l[LabelPackages] = strings.Join(o.Packages, ",")
+	}
+	return l
 }
 
 // importChanges is the image config, as the Dockerfile instructions that

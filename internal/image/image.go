@@ -17,6 +17,9 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/distribution/reference"
@@ -43,6 +46,8 @@ const (
 	LabelRecipe = "agentbox.image.recipe"
 	LabelUID    = "agentbox.image.uid"
 	LabelGID    = "agentbox.image.gid"
+	// LabelPackages lists a Debian image's extra packages, comma-separated.
+	LabelPackages = "agentbox.image.packages"
 )
 
 // The sandbox user inside every image.
@@ -63,6 +68,10 @@ const WorkspaceDir = "/workspace"
 // so that an unpacked root file system can be checked against a recipe
 // without the engine.
 const ReleaseFile = "/etc/agentbox-release"
+
+// DefaultCache is where Unpack keeps images unpacked by id, shared by every data dir on
+// the machine (an id names one content, so sharing is safe).
+const DefaultCache = "/var/cache/agentbox/images"
 
 // DefaultMirror is used when the host's apt sources name no Debian mirror.
 const DefaultMirror = "http://deb.debian.org/debian"
@@ -101,6 +110,11 @@ type BuildOptions struct {
 	// UID and GID of the sandbox user "agent" (home /home/agent); default
 	// 1000:1000. Root is not allowed.
 	UID, GID int
+	// Packages are Debian packages to add to KindDebian's own (golang-go,
+	// nodejs, npm, ...), with their dependencies. They change the recipe, so
+	// the default Name becomes "agentbox/debian:bookworm-" and a hash of
+	// the list, and the debootstrap result is cached apart.
+	Packages []string
 	// Mirror is the Debian mirror for debootstrap; default DetectMirror().
 	Mirror string
 	// NoEngine builds only the root file system at RootfsDir, for hosts
@@ -156,8 +170,21 @@ func (o BuildOptions) withDefaults() (BuildOptions, error) {
 	default:
 		return o, errdefs.Invalid("building image: unknown kind %q (want %q or %q)", o.Kind, KindBusybox, KindDebian)
 	}
+	if len(o.Packages) > 0 {
+		if o.Kind != KindDebian {
+			return o, errdefs.Invalid("building image: packages %v: only a %s image takes extra packages", o.Packages, KindDebian)
+		}
+		pkgs, err := extraPackages(o.Packages)
+		if err != nil {
+			return o, err
+		}
+		o.Packages = pkgs
+	}
 	if o.Name == "" {
 		o.Name = DefaultName(o.Kind)
+		if len(o.Packages) > 0 {
+			o.Name += "-" + hashJSON(o.Packages)[:12]
+		}
 	}
 	name, err := normalizeName(o.Name)
 	if err != nil {
@@ -223,6 +250,29 @@ func (o BuildOptions) withDefaults() (BuildOptions, error) {
 	return o, nil
 }
 
+// debianPackage matches a Debian package name (Debian Policy 5.6.1).
+var debianPackage = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+
+// extraPackages validates extra Debian packages and returns them sorted,
+// without duplicates and without those the Debian recipe has anyway.
+func extraPackages(pkgs []string) ([]string, error) {
+	var out []string
+	for _, p := range pkgs {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !debianPackage.MatchString(p) {
+			return nil, errdefs.Invalid("building image: package %q is not a Debian package name", p)
+		}
+		if !slices.Contains(debianInclude, p) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
 // normalizeName parses an image reference to create and returns it in the
 // short form the engine lists ("agentbox/busybox:latest").
 func normalizeName(name string) (string, error) {
@@ -255,14 +305,21 @@ type debootstrapRecipe struct {
 	Variant string   `json:"variant"`
 	Include []string `json:"include"`
 	Version int      `json:"version"`
+	// Extra are packages apt installs over the debootstrap result:
+	// debootstrap's own resolver cannot install some (npm's dependencies
+	// fail to configure in its order).
+	Extra []string `json:"extra,omitempty"`
 }
 
-func newDebootstrapRecipe() *debootstrapRecipe {
+// newDebootstrapRecipe is the Debian recipe with extra packages (sorted,
+// validated) after its own.
+func newDebootstrapRecipe(extra []string) *debootstrapRecipe {
 	return &debootstrapRecipe{
 		Suite:   debianSuite,
 		Variant: debianVariant,
 		Include: append([]string(nil), debianInclude...),
 		Version: recipeVersion,
+		Extra:   append([]string(nil), extra...),
 	}
 }
 

@@ -123,7 +123,7 @@ deb [arch=amd64 signed-by=/usr/share/keyrings/x.gpg] http://mirror.local/debian/
 }
 
 func TestRecipeHash(t *testing.T) {
-	a := recipe{Version: recipeVersion, Kind: KindDebian, UID: 1000, GID: 1000, Debian: newDebootstrapRecipe()}
+	a := recipe{Version: recipeVersion, Kind: KindDebian, UID: 1000, GID: 1000, Debian: newDebootstrapRecipe(nil)}
 	b := a
 	if a.Hash() != b.Hash() || len(a.Hash()) != 64 {
 		t.Fatalf("hash not stable: %s %s", a.Hash(), b.Hash())
@@ -132,7 +132,7 @@ func TestRecipeHash(t *testing.T) {
 	if a.Hash() == b.Hash() {
 		t.Error("uid does not change the recipe")
 	}
-	d := newDebootstrapRecipe()
+	d := newDebootstrapRecipe(nil)
 	if d.cacheKey("http://a/debian", "amd64") == d.cacheKey("http://b/debian", "amd64") {
 		t.Error("the mirror does not change the cache key")
 	}

@@ -171,7 +171,7 @@ func (m *Manager) startProcess(ctx context.Context, wsID string, req guest.ExecR
 		return nil, err
 	}
 	bg := logx.With(context.WithoutCancel(ctx), KeyWorkspace, wsID, KeySandbox, sb.ID, KeyExec, rec.ID)
-	req = execRequest(lv.spec, req, lv.placeholders)
+	req = execRequest(lv.spec, req, lv.placeholders, lv.imageEnv)
 	p := &process{
 		id: rec.ID, workspaceID: wsID, sandboxID: sb.ID, argv: req.Argv, replaced: replaced, started: rec.StartedAt,
 		out:   [2]*ring{newRing(ProcessRingBytes), newRing(ProcessRingBytes)},

@@ -43,6 +43,9 @@ type live struct {
 	// placeholders stand for the policy's secrets in every command's
 	// environment.
 	placeholders map[string]string
+	// imageEnv is the image's ENV, where every command's environment
+	// starts (see execRequest).
+	imageEnv []string
 	// inflight counts the commands picked to run here and not yet ended:
 	// a sandbox with any is not idle.
 	inflight atomic.Int64
@@ -166,25 +169,60 @@ func diskFits(spec sandbox.Spec, w store.Workspace) error {
 	return nil
 }
 
-// execRequest completes a command's request with what the sandbox's
-// policy sets: its environment (the request's own entries win), the proxy
-// variables when it has egress, and the per-exec caps.
-func execRequest(spec sandbox.Spec, req guest.ExecRequest, placeholders map[string]string) guest.ExecRequest {
-	var base []string
+// imageEnv is the ENV of a sandbox's image, as its backend reads it. An
+// image whose config cannot be read gives none (a warning): its commands
+// still get the default PATH and HOME.
+func (m *Manager) imageEnv(ctx context.Context, spec sandbox.Spec) []string {
+	be, err := m.backend(spec.Backend)
+	if err != nil {
+		return nil
+	}
+	in, ok := be.(sandbox.ImageInspector)
+	if !ok {
+		return nil
+	}
+	cfg, err := in.ImageConfig(ctx, spec.Image)
+	if err != nil {
+		m.log.WarnContext(ctx, "reading the image's config: commands get the default PATH and HOME", "backend", spec.Backend, "image", spec.Image, "err", err)
+		return nil
+	}
+	return cfg.Env
+}
+
+// execRequest completes a command's request. Its environment is, in order
+// of precedence from low to high: the image's ENV (PATH, HOME, language
+// variables), with sandbox.DefaultPath and sandbox.DefaultHome where the
+// image sets none; what the sandbox's policy implies (proxy variables when
+// it has egress, secret placeholders and the CA bundle); the policy's env;
+// the request's own. Nothing comes from the daemon's environment. It also
+// applies the policy's per-exec caps.
+func execRequest(spec sandbox.Spec, req guest.ExecRequest, placeholders map[string]string, imageEnv []string) guest.ExecRequest {
+	var env envList
+	for _, e := range imageEnv {
+		env.set(e)
+	}
+	if !env.has("PATH") {
+		env.set("PATH=" + sandbox.DefaultPath)
+	}
+	if !env.has("HOME") {
+		env.set("HOME=" + sandbox.DefaultHome)
+	}
 	if spec.Egress() {
-		base = append(base, proxyEnv()...)
+		for _, e := range proxyEnv() {
+			env.set(e)
+		}
 	}
 	if len(placeholders) > 0 {
 		for _, k := range slices.Sorted(maps.Keys(placeholders)) {
-			base = append(base, k+"="+placeholders[k])
+			env.set(k + "=" + placeholders[k])
 		}
 		for _, k := range caEnv {
-			base = append(base, k+"="+caBundlePath)
+			env.set(k + "=" + caBundlePath)
 		}
 	}
 	if p := spec.Policy; p != nil {
 		for _, k := range slices.Sorted(maps.Keys(p.Env)) {
-			base = append(base, k+"="+p.Env[k])
+			env.set(k + "=" + p.Env[k])
 		}
 		if t := time.Duration(p.Limits.ExecTimeout); t > 0 && (req.Timeout <= 0 || req.Timeout > t) {
 			req.Timeout = t
@@ -193,23 +231,34 @@ func execRequest(spec sandbox.Spec, req guest.ExecRequest, placeholders map[stri
 			req.MaxOutputBytes = o
 		}
 	}
-	if len(base) == 0 {
-		return req
-	}
-	set := map[string]bool{}
 	for _, e := range req.Env {
-		k, _, _ := strings.Cut(e, "=")
-		set[k] = true
+		env.set(e)
 	}
-	env := make([]string, 0, len(base)+len(req.Env))
-	for _, e := range base {
-		if k, _, _ := strings.Cut(e, "="); !set[k] {
-			env = append(env, e)
-		}
-	}
-	req.Env = append(env, req.Env...)
+	req.Env = env.list
 	return req
 }
+
+// envList is an environment in which a later entry replaces an earlier one
+// of the same name, in place.
+type envList struct {
+	list []string
+	at   map[string]int
+}
+
+func (l *envList) set(e string) {
+	k, _, _ := strings.Cut(e, "=")
+	if l.at == nil {
+		l.at = map[string]int{}
+	}
+	if i, ok := l.at[k]; ok {
+		l.list[i] = e
+		return
+	}
+	l.at[k] = len(l.list)
+	l.list = append(l.list, e)
+}
+
+func (l *envList) has(k string) bool { _, ok := l.at[k]; return ok }
 
 // CreateSandbox starts a sandbox for workspace wsID. A workspace has at
 // most one running sandbox.
@@ -218,7 +267,18 @@ func (m *Manager) CreateSandbox(ctx context.Context, wsID string, spec sandbox.S
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	if spec, err = m.specFor(spec); err != nil {
+	if spec, err = m.specFor(spec); err != nil && !errors.Is(err, errdefs.ErrUnavailable) {
+		return store.Sandbox{}, err
+	}
+	// Asked for, refused or not: an exec that has to start a sandbox on this
+	// workspace uses this spec (or fails with the reason), never another
+	// backend's default. Bad input (above) changes nothing.
+	if b, merr := json.Marshal(spec); merr == nil {
+		if serr := m.st.SetWorkspaceSandboxSpec(ctx, wsID, string(b)); serr != nil {
+			return store.Sandbox{}, serr
+		}
+	}
+	if err != nil {
 		return store.Sandbox{}, err
 	}
 	l := m.lock("sb:" + wsID)
@@ -378,7 +438,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 		return sb, err
 	}
 	undo.release()
-	lv := &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, task: w.Task, placeholders: placeholders}
+	lv := &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, task: w.Task, placeholders: placeholders, imageEnv: m.imageEnv(ctx, spec)}
 	m.armLifetime(lv, sb.ID)
 	m.liveMu.Lock()
 	m.live[sb.ID] = lv
@@ -578,7 +638,7 @@ func (m *Manager) execOnce(ctx context.Context, wsID string, req guest.ExecReque
 		return ExecOutcome{}, err
 	}
 	ctx = logx.With(ctx, KeyWorkspace, wsID, KeySandbox, sb.ID, KeyExec, rec.ID)
-	req = execRequest(lv.spec, req, lv.placeholders)
+	req = execRequest(lv.spec, req, lv.placeholders, lv.imageEnv)
 	oom := m.watchOOM(ctx, sb)
 	start := time.Now()
 	res, err := lv.conn.Exec(ctx, req, stdin, stdout, stderr)
@@ -660,7 +720,24 @@ func (m *Manager) ensureSandbox(ctx context.Context, wsID string) (store.Sandbox
 		}
 		replaces = last.ID
 	}
+	// The spec last asked for on the workspace wins over the last sandbox's:
+	// after a refused create it is what the caller wants, and the exec uses it
+	// or fails with the reason.
+	askedSpec, err := m.st.WorkspaceSandboxSpec(ctx, wsID)
+	if err != nil {
+		return store.Sandbox{}, nil, false, err
+	}
+	asked := askedSpec != ""
+	if asked {
+		spec = sandbox.Spec{}
+		if err := json.Unmarshal([]byte(askedSpec), &spec); err != nil {
+			return store.Sandbox{}, nil, false, fmt.Errorf("workspace %s: reading the sandbox spec last asked for: %w", wsID, err)
+		}
+	}
 	if spec, err = m.specFor(spec); err != nil {
+		if asked {
+			err = fmt.Errorf("workspace %s: the sandbox asked for (backend %s, image %s) cannot start: %w", wsID, spec.Backend, spec.Image, err)
+		}
 		return store.Sandbox{}, nil, false, err
 	}
 	sb, err := m.startSandbox(ctx, w, spec, replaces)

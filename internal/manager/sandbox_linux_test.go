@@ -319,3 +319,54 @@ func TestStopDuringExec(t *testing.T) {
 		t.Errorf("%d sandbox.lost events for a stopped sandbox", len(ev))
 	}
 }
+
+// TestRefusedSpecIsKept: a sandbox spec asked for and refused is never replaced by the
+// default backend's: the workspace remembers it, an exec that has to start a sandbox
+// uses it and fails with the reason, and a later create with another spec replaces it.
+func TestRefusedSpecIsKept(t *testing.T) {
+	h, _ := sandboxHarness(t)
+	h.m.cfg.Unavailable = map[string]string{"local": "bubblewrap is not installed"}
+	w := h.create(CreateRequest{Repo: h.repo.ID})
+	ctx := t.Context()
+
+	// An unavailable backend, then an image the engine lacks: both refused.
+	for _, spec := range []sandbox.Spec{
+		{Backend: "local"},
+		{Backend: "docker", Image: "agentbox-test/no-such-image:1"},
+	} {
+		if _, err := h.m.CreateSandbox(ctx, w.ID, spec); err == nil {
+			t.Fatalf("CreateSandbox(%+v) succeeded", spec)
+		}
+		_, err := h.m.Exec(ctx, w.ID, guest.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second}, nil, io.Discard, io.Discard)
+		if err == nil {
+			t.Fatalf("exec after a refused %+v ran on the default backend", spec)
+		}
+		want := spec.Backend
+		if spec.Image != "" {
+			want = spec.Image
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("exec after a refused %+v: %v, want the reason naming %s", spec, err, want)
+		}
+		sbs, _ := h.st.ListSandboxes(ctx, store.SandboxFilter{WorkspaceID: w.ID})
+		if len(sbs) != 0 {
+			t.Errorf("sandboxes after a refused %+v: %+v", spec, sbs)
+		}
+	}
+
+	// Bad input changes nothing: the refused spec stays the one asked for.
+	if _, err := h.m.CreateSandbox(ctx, w.ID, sandbox.Spec{Backend: "docker", Limits: sandbox.Limits{Pids: 1}}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("pids 1: %v, want invalid", err)
+	}
+	if got, _ := h.st.WorkspaceSandboxSpec(ctx, w.ID); !strings.Contains(got, "no-such-image") {
+		t.Errorf("after invalid input the workspace remembers %q", got)
+	}
+
+	// A spec that works replaces it, and execs use it.
+	if _, err := h.m.CreateSandbox(ctx, w.ID, sandbox.Spec{Backend: "docker", Image: testImage}); err != nil {
+		t.Fatal(err)
+	}
+	if res, out, _ := h.exec(w.ID, "echo", "ok"); res.ExitCode != 0 || out != "ok\n" {
+		t.Errorf("exec: %+v %q", res, out)
+	}
+}

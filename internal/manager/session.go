@@ -72,7 +72,7 @@ func (m *Manager) OpenSession(ctx context.Context, target string, req guest.Exec
 		return nil, err
 	}
 	ctx = logx.With(ctx, KeyWorkspace, wsID, KeySandbox, sb.ID, KeyExec, rec.ID)
-	req = execRequest(lv.spec, req, lv.placeholders)
+	req = execRequest(lv.spec, req, lv.placeholders, lv.imageEnv)
 	req.TTY = true
 	pty, err := lv.conn.PTY(ctx, req)
 	if err != nil {

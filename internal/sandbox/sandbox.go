@@ -85,7 +85,7 @@ type Spec struct {
 	Lifetime time.Duration `json:"lifetime,omitempty"`
 	// Policy is the caller's policy document, canonical (see package
 	// policy); nil is the default policy: no network at all, nothing in
-	// the environment but what each exec names. Only the manager reads it:
+	// the environment but the image's ENV and what each exec names. Only the manager reads it:
 	// it turns the policy's limits into Limits and Lifetime, and serves
 	// the egress proxy that an allowlist calls for.
 	Policy *policy.Policy `json:"policy,omitempty"`
@@ -215,6 +215,34 @@ type Backend interface {
 	// backend made for it. Removing what is already gone is not an error.
 	Remove(ctx context.Context, ref string) error
 }
+
+// ImageConfig is what an image says about the commands run in it (its
+// ENV, WORKDIR and USER), as the engine or an unpacked image's config
+// records it.
+type ImageConfig struct {
+	// Env is the image's environment, "KEY=value" entries in order.
+	Env []string `json:"env,omitempty"`
+	// WorkingDir is the image's WORKDIR.
+	WorkingDir string `json:"working_dir,omitempty"`
+	// User is the image's USER ("name", "uid" or "uid:gid").
+	User string `json:"user,omitempty"`
+}
+
+// ImageInspector is implemented by backends that can read an image's
+// config: the manager starts every command's environment from it.
+type ImageInspector interface {
+	ImageConfig(ctx context.Context, image string) (ImageConfig, error)
+}
+
+// DefaultPath is a command's PATH when neither its image nor anything
+// else sets one.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// DefaultHome is a command's HOME when its image's ENV sets none: the root
+// file system is read-only, so the user's home in the image's passwd
+// cannot take ~/.cache, ~/.npm or ~/.gitconfig. The guest makes it on
+// first use; it lives and dies with the sandbox's /tmp.
+const DefaultHome = "/tmp/home"
 
 // Pauser is implemented by backends that can freeze an environment, e.g.
 // while the host reads its workspace.

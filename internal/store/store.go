@@ -180,6 +180,11 @@ type Store interface {
 	// ListWorkspaces lists all workspaces, or those of one repo.
 	ListWorkspaces(ctx context.Context, repoID string) ([]Workspace, error)
 	UpdateWorkspace(ctx context.Context, w Workspace) error
+	// SetWorkspaceSandboxSpec records the sandbox spec (JSON) last asked for on a
+	// workspace, refused or not; UpdateWorkspace leaves it alone.
+	SetWorkspaceSandboxSpec(ctx context.Context, id, spec string) error
+	// WorkspaceSandboxSpec returns it: "" when none was asked for.
+	WorkspaceSandboxSpec(ctx context.Context, id string) (string, error)
 	// DeleteWorkspace fails with ErrConflict while sandbox rows reference it.
 	DeleteWorkspace(ctx context.Context, id string) error
 

@@ -164,11 +164,12 @@ func createErr(image string, err error) error {
 func isNotFound(err error) bool { return err != nil && cerrdefs.IsNotFound(err) }
 
 // guestEnv is the guest's environment: the manager's, and under runsc no
-// prewarmed threads (see guest.PrewarmEnv).
+// prewarmed threads (see guest.PrewarmEnv) and reapers that are not
+// subreapers (see guest.SubreaperEnv).
 func (b *Backend) guestEnv(env []string) []string {
 	out := append([]string{}, env...)
 	if b.runtime == RuntimeRunsc {
-		out = append(out, guest.PrewarmEnv+"=0")
+		out = append(out, guest.PrewarmEnv+"=0", guest.SubreaperEnv+"=0")
 	}
 	return out
 }

@@ -37,31 +37,42 @@
 // is; for any other, Create makes a nosuid,nodev bind of it under
 // Options.MountDir (root only) and Remove takes it down.
 //
-// The gvisor backend, as measured with runsc 2022-12 on the ptrace
-// platform (the conformance suite records each point as a quirk):
+// The gvisor backend, as measured with runsc 2026-09 (the build
+// scripts/setup.sh makes) on the systrap platform; the conformance suite
+// records each point as a quirk:
 //   - the pids limit counts the sentry's host threads and stub processes,
-//     several per sandbox process: a limit of 512 admits about 50
-//     processes, and reaching it ends the whole sandbox (exit status 2);
+//     several per sandbox process: a limit of 128 admits about 40
+//     processes, and reaching it ends the whole sandbox;
 //   - exceeding the memory limit ends the whole sandbox (OOM-killed, 137),
 //     not just the process;
-//   - the mount table inside shows no nosuid or nodev (the workspace's
-//     host bind is nodev, and a device node there does not open);
-//   - /proc/self/status shows no NoNewPrivs line, and runsc applies the
-//     engine's seccomp profile only with --oci-seccomp: commands are held
-//     by the guest's own filter (package seccomp), which every backend's
-//     commands get (the capability sets, bounding set included, are empty
-//     as under runc);
+//   - the mount table inside shows no nosuid or nodev, and a device node
+//     on the workspace opens the sentry's own emulation of that device
+//     (/dev/null is gVisor's null), never the host's: a node of a device
+//     the sentry does not emulate fails with ENXIO;
+//   - runsc applies the engine's seccomp profile only with --oci-seccomp:
+//     commands are held by the guest's own filter (package seccomp),
+//     which every backend's commands get (NoNewPrivs is 1 and the
+//     capability sets, bounding set included, are empty as under runc);
+//   - gVisor honours PR_SET_CHILD_SUBREAPER but miscounts a process
+//     group's links when it reparents an orphan, so the guest's reapers
+//     are not subreapers here (guest.SubreaperEnv);
 //   - the sentry's own memory counts against the memory limit: a churn of
-//     2,000 short-lived processes peaked at 164 MiB for the sandbox;
+//     2,000 short-lived processes peaked at 164 MiB for the sandbox
+//     (runsc 2022-12);
 //   - /dev holds fuse and net/tun besides runc's minimal set: the gvisor
 //     backend binds an empty root-owned file of mode 0000 over each, so
-//     they list but do not open.
-//   - /proc/PID/environ, auxv, maps and smaps are mode 0444 and the fd
+//     they list but do not open;
+//   - before gVisor release-20251215.0 (Debian's runsc among them),
+//     /proc/PID/environ, auxv, maps and smaps are mode 0444 and the fd
 //     directory 0555, with no ptrace check (fixed upstream in
 //     release-20251215.0; the fdinfo directory stays open in later ones):
 //     any process reads those of any other, the guest's included,
 //     whatever its user. The guest's descriptors still do not open to
 //     commands, and its environment holds no token.
+//
+// Debian's runsc 0.0~20221219, which setup.sh falls back to when it cannot
+// build the pinned one, fails statx (ls -l, stat: EINVAL), and agentbox
+// doctor says so.
 package docker
 
 import (
@@ -549,4 +560,18 @@ func (r *rollback) run(log *slog.Logger) {
 			log.Warn("rolling back a failed create", "step", r.steps[i].what, "error", err)
 		}
 	}
+}
+
+var _ sandbox.ImageInspector = (*Backend)(nil)
+
+// ImageConfig reads an image's ENV, WORKDIR and USER from the engine.
+func (b *Backend) ImageConfig(ctx context.Context, image string) (sandbox.ImageConfig, error) {
+	res, err := b.c.ImageInspect(ctx, image)
+	if err != nil {
+		return sandbox.ImageConfig{}, fmt.Errorf("inspecting image %s: %w", image, engineErr(err))
+	}
+	if res.Config == nil {
+		return sandbox.ImageConfig{}, nil
+	}
+	return sandbox.ImageConfig{Env: res.Config.Env, WorkingDir: res.Config.WorkingDir, User: res.Config.User}, nil
 }

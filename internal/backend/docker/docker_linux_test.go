@@ -138,14 +138,14 @@ func harness(name, runtime string) backendtest.Harness {
 		Markers: func(info sandbox.Info) []string { return []string{info.Ref} },
 	}
 	if runtime == RuntimeRunsc {
-		// runsc 2022-12 on the ptrace platform; see the package comment.
+		// runsc 2026-09 on the systrap platform (scripts/setup.sh); see
+		// the package comment.
 		h.Quirks = backendtest.Quirks{
 			HiddenMountFlags:     true,
 			OOMEndsSandbox:       true,
 			PidsCountHostTasks:   true,
 			PidsLimitEndsSandbox: true,
-			NoNewPrivsHidden:     true,
-			NoSeccompFilter:      true,
+			EmulatedDeviceNodes:  true,
 		}
 	}
 	return h
@@ -273,11 +273,13 @@ func TestIsolationSettings(t *testing.T) {
 				k, _, _ := strings.Cut(e, "=")
 				// The image's PATH and the engine's HOSTNAME and HOME are
 				// all that may join the guest's token, and under runsc the
-				// guest is told not to prewarm threads.
+				// guest is told not to prewarm threads nor make reapers
+				// subreapers.
 				check("environment", k == guest.TokenEnv || k == "PATH" || k == "HOSTNAME" || k == "HOME" || k == guest.UserEnv || k == guest.CommandUserEnv ||
-					(e == guest.PrewarmEnv+"=0" && f.name == NameGVisor), e)
+					((e == guest.PrewarmEnv+"=0" || e == guest.SubreaperEnv+"=0") && f.name == NameGVisor), e)
 			}
 			check("no prewarm under runsc", slices.Contains(c.Env, guest.PrewarmEnv+"=0") == (f.name == NameGVisor), c.Env)
+			check("no subreapers under runsc", slices.Contains(c.Env, guest.SubreaperEnv+"=0") == (f.name == NameGVisor), c.Env)
 			check("token", slices.Contains(c.Env, guest.TokenEnv+"="+token), c.Env)
 			check("labels", c.Labels[sandbox.LabelManaged] == "1" && c.Labels[sandbox.LabelSandbox] == req.ID &&
 				c.Labels[sandbox.LabelWorkspace] == "ws_iso" && c.Labels[LabelBackend] == f.name, c.Labels)

@@ -26,10 +26,12 @@ func TestCreateRefusesBadInput(t *testing.T) {
 		class   error
 		mention []string
 	}{
-		{"unknown image", func(r *sandbox.CreateRequest) { r.Spec.Image = "agentbox/nope:1" }, errdefs.ErrInvalid, []string{"agentbox/nope:1", "busybox, debian"}},
-		{"image not built", func(r *sandbox.CreateRequest) { r.Spec.Image = "agentbox/debian:bookworm" }, errdefs.ErrInvalid,
+		// Neither unpacked in the data dir nor in the engine (which any other
+		// image is unpacked from): refused, and nothing is pulled.
+		{"unknown image", func(r *sandbox.CreateRequest) { r.Spec.Image = "agentbox/nope:1" }, errdefs.ErrInvalid, []string{"agentbox/nope:1", "nothing is pulled"}},
+		{"image not built", func(r *sandbox.CreateRequest) { r.Spec.Image = "debian" }, errdefs.ErrInvalid,
 			[]string{filepath.Join(imagesDir, "debian", "rootfs"), "agentbox image build --kind debian"}},
-		{"other tag", func(r *sandbox.CreateRequest) { r.Spec.Image = "agentbox/busybox:1.36" }, errdefs.ErrInvalid, []string{"agentbox/busybox:latest"}},
+		{"other tag", func(r *sandbox.CreateRequest) { r.Spec.Image = "agentbox/busybox:1.36" }, errdefs.ErrInvalid, []string{"agentbox/busybox:1.36", "nothing is pulled"}},
 		{"bad id", func(r *sandbox.CreateRequest) { r.ID = "../sb_x" }, errdefs.ErrInvalid, []string{"../sb_x"}},
 		{"too few pids", func(r *sandbox.CreateRequest) { r.Spec.Limits.Pids = 2 }, errdefs.ErrInvalid, []string{"pids"}},
 		{"root user", func(r *sandbox.CreateRequest) { r.UID = 0 }, errdefs.ErrInvalid, []string{"root"}},

@@ -10,6 +10,14 @@ import (
 	"github.com/agentbox/agentbox/internal/image"
 )
 
+// The local backend runs an image from one of two places. A root file
+// system that `agentbox image build` unpacked into ImagesDir (busybox,
+// debian) runs as it is, with the config of the images it builds; this is
+// what hosts without a container engine have. Any other image the engine
+// has (built from a Dockerfile, with --packages, or brought by the user)
+// is unpacked on first use into ImageCache, keyed by its engine id, with
+// its ENV, WORKDIR and USER kept beside it (see image.Unpack).
+
 // knownKinds are the images `agentbox image build` makes.
 var knownKinds = []image.Kind{image.KindBusybox, image.KindDebian}
 

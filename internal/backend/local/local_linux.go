@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/seccomp"
 )
@@ -97,6 +98,9 @@ func New(opts Options) (*Backend, error) {
 			return fail("%s %q: %v: %w", d.name, *d.p, err, errdefs.ErrInvalid)
 		}
 		*d.p = abs
+	}
+	if opts.ImageCache == "" {
+		opts.ImageCache = image.DefaultCache
 	}
 	if opts.Bwrap == "" {
 		opts.Bwrap = "bwrap"
@@ -277,7 +281,7 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
 	}
 	spec := req.Spec.WithDefaults()
-	rootfs, err := b.check(req, spec)
+	rootfs, err := b.check(ctx, req, spec)
 	if err != nil {
 		return fail(err)
 	}
@@ -410,7 +414,7 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 
 // check validates req and returns the image's root file system. Its
 // errors are ErrInvalid and change nothing.
-func (b *Backend) check(req sandbox.CreateRequest, spec sandbox.Spec) (rootfs string, err error) {
+func (b *Backend) check(ctx context.Context, req sandbox.CreateRequest, spec sandbox.Spec) (rootfs string, err error) {
 	if err := spec.Validate(); err != nil {
 		return "", err
 	}
@@ -425,12 +429,9 @@ func (b *Backend) check(req sandbox.CreateRequest, spec sandbox.Spec) (rootfs st
 	if err := req.CheckGuestUser(); err != nil {
 		return "", err
 	}
-	kind, rootfs, err := imageRootfs(b.opts.ImagesDir, spec.Image)
+	rootfs, _, err = b.image(ctx, spec.Image)
 	if err != nil {
 		return "", err
-	}
-	if fi, err := os.Stat(rootfs); err != nil || !fi.IsDir() {
-		return "", errdefs.Invalid("image %q: no root file system at %s: %s", spec.Image, rootfs, buildHint(kind))
 	}
 	for _, p := range []struct {
 		what, path string

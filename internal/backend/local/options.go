@@ -24,6 +24,9 @@ type Options struct {
 	// "busybox") runs ImagesDir/busybox/rootfs, "agentbox/debian:bookworm"
 	// (or "debian") ImagesDir/debian/rootfs.
 	ImagesDir string
+	// ImageCache is where images from the engine are unpacked by id
+	// (default image.DefaultCache, shared by every data dir).
+	ImageCache string
 	// Bwrap is the bubblewrap binary (default "bwrap", looked up in PATH).
 	Bwrap string
 	// CgroupRoot is where the cgroup file systems are mounted (default

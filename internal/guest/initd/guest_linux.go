@@ -344,9 +344,13 @@ func forkReaper(exe string, argv []string, devnull uintptr, cred *syscall.Creden
 	if err != nil {
 		return 0, 0, fmt.Errorf("reaper control socket: %w", err)
 	}
+	env := []string{"GOMAXPROCS=1"}
+	if v, ok := os.LookupEnv(guest.SubreaperEnv); ok {
+		env = append(env, guest.SubreaperEnv+"="+v)
+	}
 	pid, err = syscall.ForkExec(exe, argv, &syscall.ProcAttr{
 		Dir:   "/",
-		Env:   []string{"GOMAXPROCS=1"},
+		Env:   env,
 		Files: []uintptr{devnull, devnull, 2, uintptr(fds[1])},
 		Sys:   &syscall.SysProcAttr{Credential: cred},
 	})

@@ -58,10 +58,13 @@ func RunReaper(args []string) int {
 	// setOOMScore). Close-on-exec, like every file Go opens.
 	oomScoreAdj, _ = os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0)
 	// On the main thread, which stays locked: commands are forked from it
-	// and inherit its seccomp filter. Without a subreaper, orphans go to
-	// the guest, which then sweeps them itself (see Guest.sweepOrphans).
+	// and inherit its seccomp filter. Without a subreaper (refused, or
+	// turned off by guest.SubreaperEnv), orphans go to the guest, which
+	// then sweeps them itself (see Guest.sweepOrphans).
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	if os.Getenv(guest.SubreaperEnv) != "0" {
+		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	}
 	// A session of its own, for its commands' process groups (see
 	// startCommand). A reaper cannot fail to get one (it leads no group),
 	// and one that did would still run commands, in the guest's session.
@@ -355,6 +358,7 @@ func startCommand(req *guest.ExecRequest, fds []int) (int, error) {
 	if env == nil {
 		env = []string{}
 	}
+	makeHome(env)
 	// The command and everything it starts are the OOM killer's first
 	// choice in the sandbox's memory cgroup, never the guest or a reaper:
 	// a memory-hungry fork bomb must not take the sandbox with it. The
@@ -502,4 +506,21 @@ func closeOnExecAbove(fd int) {
 			syscall.CloseOnExec(n)
 		}
 	}
+}
+
+// makeHome makes the command's HOME when it names a missing directory
+// under /tmp (sandbox.DefaultHome, which the daemon gives commands whose
+// image sets no HOME), owned by the sandbox user: tools write ~/.cache,
+// ~/.npm and ~/.gitconfig there. Anything else is left as it is.
+func makeHome(env []string) {
+	home := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "HOME="); ok {
+			home = v
+		}
+	}
+	if home == "" || !strings.HasPrefix(filepath.Clean(home), "/tmp/") {
+		return
+	}
+	os.MkdirAll(filepath.Clean(home), 0o700)
 }

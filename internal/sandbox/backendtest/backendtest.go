@@ -99,6 +99,12 @@ type Quirks struct {
 	// (runsc without --oci-seccomp): the runtime's own syscall surface
 	// stands in for it.
 	NoSeccompFilter bool
+	// EmulatedDeviceNodes: a device node on a bind mount opens the
+	// runtime's own emulation of that device, never the host's (gVisor's
+	// --character-device-policy=emulated-only, which ignores nodev), and a
+	// node of a device the runtime does not emulate fails. nodev is then
+	// checked with such a device (/dev/kmsg, 1:11) instead of /dev/null.
+	EmulatedDeviceNodes bool
 }
 
 func (h *Harness) defaults() {

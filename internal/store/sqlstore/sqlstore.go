@@ -358,6 +358,16 @@ func (s *Store) UpdateWorkspace(ctx context.Context, w store.Workspace) error {
 		boolInt(w.Dirty), w.SizeBytes, ts(w.UpdatedAt), w.DiskQuota)
 }
 
+func (s *Store) SetWorkspaceSandboxSpec(ctx context.Context, id, spec string) error {
+	return execOne(ctx, s.db, "workspace "+id, `UPDATE workspaces SET sandbox_spec=$2 WHERE id=$1`, id, spec)
+}
+
+func (s *Store) WorkspaceSandboxSpec(ctx context.Context, id string) (string, error) {
+	var spec string
+	err := s.db.QueryRowContext(ctx, `SELECT sandbox_spec FROM workspaces WHERE id = $1`, id).Scan(&spec)
+	return spec, classify(err, "workspace "+id)
+}
+
 func (s *Store) DeleteWorkspace(ctx context.Context, id string) error {
 	return execOne(ctx, s.db, "workspace "+id, `DELETE FROM workspaces WHERE id = $1`, id)
 }

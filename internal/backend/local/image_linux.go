@@ -1,0 +1,45 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+var _ sandbox.ImageInspector = (*Backend)(nil)
+
+// image finds the root file system and config of a spec's image: an unpacked
+// build in ImagesDir, else the engine's image unpacked into ImageCache.
+func (b *Backend) image(ctx context.Context, name string) (string, image.Config, error) {
+	kind, rootfs, err := imageRootfs(b.opts.ImagesDir, name)
+	if err == nil {
+		if fi, serr := os.Stat(rootfs); serr == nil && fi.IsDir() {
+			return rootfs, image.BuiltinConfig, nil
+		}
+	}
+	u, uerr := image.Unpack(ctx, name, b.opts.ImageCache)
+	if uerr == nil {
+		return u.Rootfs, u.Config, nil
+	}
+	if err == nil && (errors.Is(uerr, errdefs.ErrUnavailable) || errors.Is(uerr, errdefs.ErrInvalid)) {
+		// A name the local backend knows: say how to build its root file system.
+		return "", image.Config{}, errdefs.Invalid("image %q: no root file system at %s, and %v: %s", name, rootfs, uerr, buildHint(kind))
+	}
+	if errors.Is(uerr, errdefs.ErrInvalid) || errors.Is(uerr, errdefs.ErrUnavailable) {
+		return "", image.Config{}, errdefs.Invalid("image %q: %v", name, uerr)
+	}
+	return "", image.Config{}, uerr
+}
+
+// ImageConfig reads an image's ENV, WORKDIR and USER as the local backend runs it.
+func (b *Backend) ImageConfig(ctx context.Context, name string) (sandbox.ImageConfig, error) {
+	_, cfg, err := b.image(ctx, name)
+	if err != nil {
+		return sandbox.ImageConfig{}, err
+	}
+	return sandbox.ImageConfig{Env: cfg.Env, WorkingDir: cfg.WorkingDir, User: cfg.User}, nil
+}

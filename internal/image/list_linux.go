@@ -1,0 +1,115 @@
+package image
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/moby/moby/client"
+)
+
+// Runnable is an image and the backends that can run it here.
+type Runnable struct {
+	Image
+	// Backends are the backends that can run it: docker and gvisor when the engine
+	// has it and the runc or runsc runtime; local when it is unpacked (Rootfs) or the
+	// engine has it to unpack on first use, and bubblewrap is installed.
+	Backends []string `json:"backends"`
+	// LocalUnpacked says the local backend has it unpacked already (at Rootfs).
+	LocalUnpacked bool `json:"local_unpacked"`
+	// Why says, for each backend that cannot run it, why not.
+	Why map[string]string `json:"why,omitempty"`
+}
+
+// ListRunnable lists every tagged image in the engine (agentbox's and any other) and the
+// root file systems `image build --no-engine` left under dataDir/images, each with the
+// backends that can run it. cacheDir is the local backend's cache of unpacked images. An
+// unreachable engine leaves only the unpacked root file systems.
+func ListRunnable(ctx context.Context, dataDir, cacheDir string) ([]Runnable, error) {
+	_, bwrapErr := exec.LookPath("bwrap")
+	var out []Runnable
+	seen := map[string]bool{}
+	if c, err := connect(ctx); err == nil {
+		defer c.Close()
+		info, err := c.Info(ctx, client.InfoOptions{})
+		if err != nil {
+			return nil, engineErr("asking the engine for its runtimes", err)
+		}
+		res, err := c.ImageList(ctx, client.ImageListOptions{})
+		if err != nil {
+			return nil, engineErr("listing images", err)
+		}
+		for _, s := range res.Items {
+			for _, tag := range s.RepoTags {
+				if tag == "<none>:<none>" {
+					continue
+				}
+				r := Runnable{Image: fromLabels(tag, s.ID, s.Labels, s.Size, time.Unix(s.Created, 0)), Why: map[string]string{}}
+				for _, b := range []struct{ name, runtime string }{{"docker", "runc"}, {"gvisor", "runsc"}} {
+					if _, ok := info.Info.Runtimes[b.runtime]; ok {
+						r.Backends = append(r.Backends, b.name)
+					} else {
+						r.Why[b.name] = "the engine has no " + b.runtime + " runtime"
+					}
+				}
+				if u, ok := CachedID(cacheDir, s.ID); ok {
+					r.Rootfs, r.LocalUnpacked = u.Rootfs, true
+				}
+				if bwrapErr != nil {
+					r.Why["local"] = "bubblewrap is not installed"
+				} else {
+					r.Backends = append(r.Backends, "local")
+				}
+				seen[tag] = true
+				out = append(out, r)
+			}
+		}
+	}
+	for _, k := range []Kind{KindBusybox, KindDebian} {
+		dir := filepath.Join(dataDir, "images", string(k), "rootfs")
+		if readRelease(dir) == "" {
+			continue
+		}
+		name := DefaultName(k)
+		if seen[name] {
+			// The engine's image of that name; its build left this rootfs too.
+			for i := range out {
+				if out[i].Name == name && !out[i].LocalUnpacked {
+					out[i].Rootfs, out[i].LocalUnpacked = dir, true
+				}
+			}
+			continue
+		}
+		r := Runnable{Image: Image{Name: name, Kind: k, Rootfs: dir}, LocalUnpacked: true,
+			Why: map[string]string{"docker": "not in the engine", "gvisor": "not in the engine"}}
+		if fi, err := os.Stat(filepath.Join(dir, ReleaseFile)); err == nil {
+			r.Created = fi.ModTime().UTC()
+		}
+		if bwrapErr != nil {
+			r.Why["local"] = "bubblewrap is not installed"
+		} else {
+			r.Backends = append(r.Backends, "local")
+		}
+		out = append(out, r)
+	}
+	for i := range out {
+		if len(out[i].Why) == 0 {
+			out[i].Why = nil
+		}
+		if out[i].Backends == nil {
+			out[i].Backends = []string{}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if out == nil {
+		out = []Runnable{}
+	}
+	return out, nil
+}
+
+// String is a short description for errors and logs.
+func (r Runnable) String() string { return fmt.Sprintf("%s %v", r.Name, r.Backends) }
