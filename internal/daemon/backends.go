@@ -11,6 +11,7 @@ import (
 	"github.com/agentbox/agentbox/internal/backend/docker"
 	"github.com/agentbox/agentbox/internal/backend/local"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -22,9 +23,13 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[str
 	out := map[string]sandbox.Backend{}
 	unavailable := map[string]string{}
 	closers := []func() error{}
+	// Each daemon binds under a directory of its own: a backend sweeps
+	// the binds in its directory that have no container, and another
+	// daemon's create under way has none yet.
+	mounts := filepath.Join("/run/agentbox", manager.OwnerID(cfg.DataDir))
 	for _, o := range []docker.Options{
-		{Name: docker.NameDocker, Runtime: docker.RuntimeRunc, Host: cfg.DockerHost},
-		{Name: docker.NameGVisor, Runtime: docker.RuntimeRunsc, Host: cfg.DockerHost},
+		{Name: docker.NameDocker, Runtime: docker.RuntimeRunc, Host: cfg.DockerHost, MountDir: filepath.Join(mounts, docker.NameDocker)},
+		{Name: docker.NameGVisor, Runtime: docker.RuntimeRunsc, Host: cfg.DockerHost, MountDir: filepath.Join(mounts, docker.NameGVisor)},
 	} {
 		b, err := docker.New(o)
 		if err == nil {
