@@ -8,12 +8,18 @@ type Schemas = components["schemas"];
 type WorkspaceExec = paths["/v1/workspaces/{id}/exec"]["post"];
 type WriteFile = paths["/v1/workspaces/{id}/files"]["put"];
 type ReadFile = paths["/v1/workspaces/{id}/files"]["get"];
+type StartProcess = paths["/v1/workspaces/{id}/processes"]["post"];
+type ProcessLogs = paths["/v1/workspaces/{id}/processes/{pid}/logs"]["get"];
+type SignalProcess = paths["/v1/workspaces/{id}/processes/{pid}/signal"]["post"];
+type WaitProcess = paths["/v1/workspaces/{id}/processes/{pid}/wait"]["post"];
 
 export type ExecRequest = NonNullable<WorkspaceExec["requestBody"]>["content"]["application/json"];
 export type ExecOutput = WorkspaceExec["responses"][200]["content"]["application/json"];
 export type FileInfo = WriteFile["responses"][200]["content"]["application/json"];
 export type FileContent = ReadFile["responses"][200]["content"]["application/json"];
 export type ApiError = Schemas["ErrorReply"];
+export type Process = StartProcess["responses"][201]["content"]["application/json"];
+export type Logs = ProcessLogs["responses"][200]["content"]["application/json"];
 
 export class AgentboxError extends Error {
   constructor(readonly status: number, readonly code: Schemas["ErrorDetail"]["code"], message: string) {
@@ -52,5 +58,24 @@ export class Client {
     const query: Record<string, string> = { path };
     if (lines) query["lines"] = lines;
     return this.call("GET", `/v1/workspaces/${encodeURIComponent(workspace)}/files`, { query });
+  }
+
+  /** Starts a command in the background: it runs on after the call. */
+  startProcess(workspace: string, req: NonNullable<StartProcess["requestBody"]>["content"]["application/json"]): Promise<Process> {
+    return this.call("POST", `/v1/workspaces/${encodeURIComponent(workspace)}/processes`, { body: JSON.stringify(req), type: "application/json" });
+  }
+
+  logs(workspace: string, pid: string, query: NonNullable<ProcessLogs["parameters"]["query"]>): Promise<Logs> {
+    const q: Record<string, string> = {};
+    for (const [k, v] of Object.entries(query)) if (v !== undefined) q[k] = String(v);
+    return this.call("GET", `/v1/workspaces/${encodeURIComponent(workspace)}/processes/${encodeURIComponent(pid)}/logs`, { query: q });
+  }
+
+  signal(workspace: string, pid: string, req: NonNullable<SignalProcess["requestBody"]>["content"]["application/json"]): Promise<Process> {
+    return this.call("POST", `/v1/workspaces/${encodeURIComponent(workspace)}/processes/${encodeURIComponent(pid)}/signal`, { body: JSON.stringify(req), type: "application/json" });
+  }
+
+  wait(workspace: string, pid: string, req: NonNullable<WaitProcess["requestBody"]>["content"]["application/json"]): Promise<Process> {
+    return this.call("POST", `/v1/workspaces/${encodeURIComponent(workspace)}/processes/${encodeURIComponent(pid)}/wait`, { body: JSON.stringify(req), type: "application/json" });
   }
 }

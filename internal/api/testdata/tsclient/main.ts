@@ -26,6 +26,20 @@ async function main(): Promise<void> {
   const cat = await c.exec(ws, { argv: ["cat", "ts/hello.txt"] });
   check(cat.stdout === "one\ntwo\nthree\n" && cat.exit_code === 0, "the sandbox sees the write: " + JSON.stringify(cat));
 
+  // A background process: it outlives the call that started it, its
+  // output is read from an offset, and a signal ends it.
+  const proc = await c.startProcess(ws, { sh: "echo started; while :; do sleep 1; done" });
+  check(proc.state === "running" && proc.id.startsWith("ex_"), "process: " + JSON.stringify(proc));
+  let logs = await c.logs(ws, proc.id, { offset: 0 });
+  for (let i = 0; i < 100 && logs.data === ""; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    logs = await c.logs(ws, proc.id, { offset: 0 });
+  }
+  check(logs.data === "started\n" && logs.offset === 0 && logs.next_offset === 8, "logs: " + JSON.stringify(logs));
+  await c.signal(ws, proc.id, { signal: "KILL" });
+  const ended = await c.wait(ws, proc.id, { timeout: "30s" });
+  check(ended.state === "killed", "the killed process: " + JSON.stringify(ended));
+
   try {
     await c.exec("ws_nope", { argv: ["true"] });
     check(false, "exec in an unknown workspace succeeded");
