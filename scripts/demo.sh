@@ -106,12 +106,13 @@ run exec "$WS1" -- sh -c 'git status --short && python3 -m pytest -q'
 
 step "commit attempt 1 on its branch; git inside the workspace sees it"
 run ws commit "$WS1" -m "calc: add sub()"
-P1=$("$AGENTBOX" ws path "$WS1")
-printf '$ git -C %s log --oneline\n' "$P1"
-git -C "$P1" -c safe.directory='*' log --oneline
-printf '$ git -C %s status --short\n' "$P1"
-git -C "$P1" -c safe.directory='*' status --short
+# git runs inside the sandbox, never on the host: whatever ran in the
+# workspace controls its .git (config, hooks, fsmonitor), so a host git
+# there would run the sandbox's code as root. agentbox's own host-side git
+# uses a private git directory in a jail.
 run exec "$WS1" -- git log --oneline
+run exec "$WS1" -- git status --short
+run ws status "$WS1"
 
 step "done"
 cat <<TXT
