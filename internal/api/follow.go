@@ -32,35 +32,16 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, f store.Ev
 	followers.Add(1)
 	defer followers.Add(-1)
 	sse := mediaType(r.Header.Get("Accept")) == sseType
+	keepalive := []byte("\n")
 	if sse {
 		w.Header().Set("Content-Type", sseType)
 		w.Header().Set("Cache-Control", "no-cache")
+		keepalive = []byte(": keepalive\n\n")
 	} else {
 		w.Header().Set("Content-Type", ndjsonType)
 	}
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	flush := func() {
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
-	flush()
-
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	go func() {
-		select {
-		case <-s.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	writes := make(chan []byte)
-	errc := make(chan error, 1)
-	// One writer, so that keepalives and events never interleave.
-	go func() {
-		errc <- s.m.FollowEvents(ctx, f, func(evs []store.Event) error {
+	err := s.stream(w, r, keepalive, func(ctx context.Context, send func([]byte) error) error {
+		return s.m.FollowEvents(ctx, f, func(evs []store.Event) error {
 			var buf bytes.Buffer
 			enc := json.NewEncoder(&buf)
 			enc.SetEscapeHTML(false)
@@ -75,8 +56,44 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, f store.Ev
 					enc.Encode(e)
 				}
 			}
+			return send(buf.Bytes())
+		})
+	})
+	if err != nil {
+		s.log.WarnContext(r.Context(), "event stream failed", "err", err)
+	}
+}
+
+// stream serves a response that produce writes through send, once the
+// caller has set its headers: one writer, so that items and the
+// keepalive sent every followKeepalive while it is quiet (so that a client
+// that went away is noticed) never interleave. It ends when produce
+// returns, when the client goes away, or when the server shuts down, and
+// returns produce's error only when nothing of that ended it.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, keepalive []byte, produce func(ctx context.Context, send func([]byte) error) error) error {
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	flush()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	writes := make(chan []byte)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- produce(ctx, func(b []byte) error {
 			select {
-			case writes <- buf.Bytes():
+			case writes <- b:
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
@@ -86,30 +103,22 @@ func (s *Server) followEvents(w http.ResponseWriter, r *http.Request, f store.Ev
 	keep := time.NewTicker(followKeepalive)
 	defer keep.Stop()
 	for {
+		var b []byte
 		select {
-		case b := <-writes:
-			if _, err := w.Write(b); err != nil {
-				cancel()
-				<-errc
-				return
-			}
-			flush()
+		case b = <-writes:
 		case <-keep.C:
-			ka := []byte("\n")
-			if sse {
-				ka = []byte(": keepalive\n\n")
-			}
-			if _, err := w.Write(ka); err != nil {
-				cancel()
-				<-errc
-				return
-			}
-			flush()
+			b = keepalive
 		case err := <-errc:
-			if err != nil && ctx.Err() == nil {
-				s.log.WarnContext(r.Context(), "event stream failed", "err", err)
+			if ctx.Err() != nil {
+				return nil
 			}
-			return
+			return err
 		}
+		if _, err := w.Write(b); err != nil {
+			cancel()
+			<-errc
+			return nil
+		}
+		flush()
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -105,59 +104,17 @@ func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 // then sees a stream without the last line, which carries the process.
 func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, id, pid string, lq manager.LogQuery) {
 	w.Header().Set("Content-Type", ndjsonType)
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	flush := func() {
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
-	flush()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	go func() {
-		select {
-		case <-s.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	writes := make(chan []byte)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- s.m.FollowProcessLogs(ctx, id, pid, lq, func(l apitypes.ProcessLogs) error {
+	// The process ended (its last line is sent), or the client or the
+	// server went away: the stream ends, and there is nobody to tell.
+	s.stream(w, r, []byte("\n"), func(ctx context.Context, send func([]byte) error) error {
+		return s.m.FollowProcessLogs(ctx, id, pid, lq, func(l apitypes.ProcessLogs) error {
 			var buf bytes.Buffer
 			enc := json.NewEncoder(&buf)
 			enc.SetEscapeHTML(false)
 			enc.Encode(l)
-			select {
-			case writes <- buf.Bytes():
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+			return send(buf.Bytes())
 		})
-	}()
-	keep := time.NewTicker(followKeepalive)
-	defer keep.Stop()
-	for {
-		var b []byte
-		select {
-		case b = <-writes:
-		case <-keep.C:
-			b = []byte("\n")
-		case <-errc:
-			// The process ended (its last line is sent), or the client
-			// or the server went away: the stream ends.
-			return
-		}
-		if _, err := w.Write(b); err != nil {
-			cancel()
-			<-errc
-			return
-		}
-		flush()
-	}
+	})
 }
 
 // processStdin takes up to manager.MaxStdinWrite bytes of input: the body
