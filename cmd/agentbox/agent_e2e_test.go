@@ -5,33 +5,18 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agentbox/agentbox/client"
-	"github.com/agentbox/agentbox/internal/image"
 )
 
 // The agent-facing API through the CLI and a real daemon: buffered exec,
 // shell strings, scratch and uploaded workspaces and the file tools, on
 // every backend (issue 12).
 func TestAgentAPIThroughTheCLI(t *testing.T) {
-	if os.Getenv("AGENTBOX_REQUIRE_SETUP") != "1" {
-		if err := exec.Command("docker", "info").Run(); err != nil {
-			t.Skip("no docker engine")
-		}
-	}
-	if _, err := image.Build(t.Context(), image.BuildOptions{Kind: image.KindBusybox}); err != nil {
-		t.Fatal(err)
-	}
-	for _, backend := range []string{"docker", "gvisor", "local"} {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			testAgentAPI(t, backend)
-		})
-	}
+	everyBackend(t, testAgentAPI)
 }
 
 func testAgentAPI(t *testing.T, backend string) {

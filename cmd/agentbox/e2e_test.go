@@ -479,13 +479,11 @@ func TestTCPNeedsToken(t *testing.T) {
 	}
 }
 
-// TestExecThroughTheCLI runs commands in a real docker sandbox through the
-// daemon: output streams, the exit status is the command's, and a sandbox
-// removed from outside is replaced on the next exec.
-// TestExecThroughTheCLI runs the sandbox commands on every backend, as a
-// user would: the local backend needs the image's root unpacked in the
-// data dir, which `agentbox image build` does.
-func TestExecThroughTheCLI(t *testing.T) {
+// everyBackend runs f as a parallel subtest on docker, gvisor and local,
+// each against the busybox image (built, or found up to date, first): the
+// CLI suites that every backend must pass.
+func everyBackend(t *testing.T, f func(t *testing.T, backend string)) {
+	t.Helper()
 	if os.Getenv("AGENTBOX_REQUIRE_SETUP") != "1" {
 		if err := exec.Command("docker", "info").Run(); err != nil {
 			t.Skip("no docker engine")
@@ -497,9 +495,19 @@ func TestExecThroughTheCLI(t *testing.T) {
 	for _, backend := range []string{"docker", "gvisor", "local"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			testExecThroughTheCLI(t, backend)
+			f(t, backend)
 		})
 	}
+}
+
+// TestExecThroughTheCLI runs commands in a real docker sandbox through the
+// daemon: output streams, the exit status is the command's, and a sandbox
+// removed from outside is replaced on the next exec.
+// TestExecThroughTheCLI runs the sandbox commands on every backend, as a
+// user would: the local backend needs the image's root unpacked in the
+// data dir, which `agentbox image build` does.
+func TestExecThroughTheCLI(t *testing.T) {
+	everyBackend(t, testExecThroughTheCLI)
 }
 
 func testExecThroughTheCLI(t *testing.T, backend string) {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/client"
-	"github.com/agentbox/agentbox/internal/image"
 )
 
 // Background processes and ports through the CLI, the Go client and a
@@ -27,20 +25,7 @@ import (
 // its processes; a hostile process flooding output and one refusing its
 // input.
 func TestProcessesAndPortsThroughTheCLI(t *testing.T) {
-	if os.Getenv("AGENTBOX_REQUIRE_SETUP") != "1" {
-		if err := exec.Command("docker", "info").Run(); err != nil {
-			t.Skip("no docker engine")
-		}
-	}
-	if _, err := image.Build(t.Context(), image.BuildOptions{Kind: image.KindBusybox}); err != nil {
-		t.Fatal(err)
-	}
-	for _, backend := range []string{"docker", "gvisor", "local"} {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			testProcesses(t, backend)
-		})
-	}
+	everyBackend(t, testProcesses)
 }
 
 func testProcesses(t *testing.T, backend string) {
