@@ -12,32 +12,28 @@ import (
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
-// jailTools finds bubblewrap, which builds the jail, and git, which must
-// live under /usr, the one system tree the jail holds.
-var jailTools = sync.OnceValues(func() ([2]string, error) {
+// jailBase is what every jail shares, found once: bubblewrap, which
+// builds it; git, which must live under /usr, the one system tree the jail
+// holds; and the arguments that make the jail's root.
+type jailBase struct {
+	bwrap, git string
+	args       []string
+}
+
+var jailTools = sync.OnceValues(func() (jailBase, error) {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
-		return [2]string{}, fmt.Errorf("confining host-side git: bubblewrap (bwrap) is not installed: install the bubblewrap package: %w", errdefs.ErrUnavailable)
+		return jailBase{}, fmt.Errorf("confining host-side git: bubblewrap (bwrap) is not installed: install the bubblewrap package: %w", errdefs.ErrUnavailable)
 	}
 	git, err := exec.LookPath("git")
 	if err == nil {
 		git, err = filepath.EvalSymlinks(git)
 	}
 	if err != nil {
-		return [2]string{}, fmt.Errorf("confining host-side git: git not found: %w", errdefs.ErrUnavailable)
+		return jailBase{}, fmt.Errorf("confining host-side git: git not found: %w", errdefs.ErrUnavailable)
 	}
 	if !strings.HasPrefix(git, "/usr/") {
-		return [2]string{}, fmt.Errorf("confining host-side git: git is %s, outside /usr, the only system tree a confined git sees: %w", git, errdefs.ErrUnavailable)
-	}
-	return [2]string{bwrap, git}, nil
-})
-
-// command is the bubblewrap command line that runs git with args inside j,
-// in dir ("" for the root).
-func (j *Jail) command(dir string, args []string) (string, []string, error) {
-	tools, err := jailTools()
-	if err != nil {
-		return "", nil, err
+		return jailBase{}, fmt.Errorf("confining host-side git: git is %s, outside /usr, the only system tree a confined git sees: %w", git, errdefs.ErrUnavailable)
 	}
 	a := []string{
 		"--die-with-parent", "--new-session",
@@ -53,6 +49,17 @@ func (j *Jail) command(dir string, args []string) (string, []string, error) {
 	}
 	// git makes its temporary files' names from /dev/urandom.
 	a = append(a, "--dev-bind", "/dev/null", "/dev/null", "--dev-bind", "/dev/urandom", "/dev/urandom", "--tmpfs", "/tmp")
+	return jailBase{bwrap: bwrap, git: git, args: a}, nil
+})
+
+// command is the bubblewrap command line that runs git with args inside j,
+// in dir ("" for the root).
+func (j *Jail) command(dir string, args []string) (string, []string, error) {
+	base, err := jailTools()
+	if err != nil {
+		return "", nil, err
+	}
+	a := slices.Clone(base.args)
 	type bind struct {
 		path string
 		rw   bool
@@ -79,6 +86,6 @@ func (j *Jail) command(dir string, args []string) (string, []string, error) {
 	if dir == "" {
 		dir = "/"
 	}
-	a = append(a, "--chdir", dir, "--", tools[1])
-	return tools[0], append(a, args...), nil
+	a = append(a, "--chdir", dir, "--", base.git)
+	return base.bwrap, append(a, args...), nil
 }
