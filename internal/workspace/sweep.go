@@ -1,10 +1,12 @@
 package workspace
 
 import (
-	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // TempPattern matches the temporary files of the file API's atomic writes
@@ -28,22 +30,43 @@ func SweepTemp(d Driver, dir string) (removed int) {
 		return 0
 	}
 	defer root.Close()
-	// The upper layer is walked inside an os.Root too: it is the tree the
-	// sandbox changes, and a directory it swaps for a symlink mid-walk
-	// must not lead the walk out (SECURITY.md H43).
-	upper, err := os.OpenRoot(filepath.Join(dir, "upper"))
+	// The upper layer is the tree the sandbox changes, and one left over
+	// from before a crash may still be running: every name is looked up
+	// relative to its parent directory's descriptor, and directories are
+	// opened O_DIRECTORY|O_NOFOLLOW|O_NONBLOCK, so that a directory swapped
+	// for a symlink or a FIFO mid-walk is skipped, never followed out of
+	// the tree or blocked on (SECURITY.md H43).
+	fd, err := unix.Open(filepath.Join(dir, "upper"), walkDirFlags, 0)
 	if err != nil {
 		return 0
 	}
-	defer upper.Close()
-	fs.WalkDir(upper.FS(), ".", func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
+	var walk func(fd int, rel string)
+	walk = func(fd int, rel string) {
+		d := os.NewFile(uintptr(fd), rel)
+		defer d.Close()
+		names, _ := d.Readdirnames(-1)
+		for _, name := range names {
+			var st unix.Stat_t
+			if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				continue
+			}
+			p := path.Join(rel, name)
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFREG:
+				if strings.HasPrefix(name, ".agentbox-tmp-") && root.Remove(p) == nil {
+					removed++
+				}
+			case unix.S_IFDIR:
+				if cfd, err := unix.Openat(fd, name, walkDirFlags, 0); err == nil {
+					walk(cfd, p)
+				}
+			}
 		}
-		if e.Type().IsRegular() && strings.HasPrefix(e.Name(), ".agentbox-tmp-") && root.Remove(p) == nil {
-			removed++
-		}
-		return nil
-	})
+	}
+	walk(fd, ".")
 	return removed
 }
+
+// walkDirFlags open a directory of a tree a sandbox changes: never
+// through a symlink, never blocking on a FIFO put in its place.
+const walkDirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
