@@ -27,7 +27,7 @@ func (c *cli) imageBuildCmd() *cobra.Command {
 	var kind, dockerfile string
 	cmd := &cobra.Command{
 		Use:   "build --kind busybox|debian [--packages P1,P2] [--tag T] | --dockerfile PATH --tag T",
-		Short: "Build an image from Debian packages, import it into the engine and unpack its root for the local backend",
+		Short: "Build an image from Debian packages or a Dockerfile, into the engine, and unpack its root for the local backend",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dockerfile != "" {

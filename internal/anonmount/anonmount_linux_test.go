@@ -11,13 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/mountinfo"
+	"github.com/agentbox/agentbox/internal/sandbox/backendtest"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("mounting needs root")
+		backendtest.SkipOrFail(t, "mounting needs root")
 	}
 }
 
