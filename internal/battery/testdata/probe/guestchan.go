@@ -65,24 +65,37 @@ func guestchan(args []string) {
 			targets = append(targets, t)
 		}
 	}
-	fmt.Println("targets", strings.Join(targets, " "))
-	for _, t := range targets {
-		fmt.Printf("target %s %d\n", t, pids[t])
-	}
-
-	// The sockets: every one found, and the paths the guest dials.
-	socks := append([]string{"/run/agentbox/agentbox.sock", "/run/agentbox/egress.sock"}, args[1:]...)
-	for _, t := range targets {
-		socks = append(socks, fmt.Sprintf("/proc/%d/root/run/agentbox/agentbox.sock", pids[t]))
-	}
+	// The socket walk below takes a while; a guest found above must
+	// still be one after it (see guestPids).
+	var socks []string
 	for _, root := range []string{"/run", "/var/run", "/workspace", "/tmp", "/dev/shm"} {
 		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.Type()&fs.ModeSocket != 0 && !slices.Contains(socks, p) {
+			if err == nil && d.Type()&fs.ModeSocket != 0 {
 				socks = append(socks, p)
 			}
 			return nil
 		})
 	}
+	still := guestPids()
+	targets = slices.DeleteFunc(targets, func(t string) bool {
+		return strings.HasPrefix(t, "guest") && !slices.Contains(still, pids[t])
+	})
+	fmt.Println("targets", strings.Join(targets, " "))
+	for _, t := range targets {
+		fmt.Printf("target %s %d\n", t, pids[t])
+	}
+
+	// The sockets: the paths the guest dials, then every one found.
+	dial := append([]string{"/run/agentbox/agentbox.sock", "/run/agentbox/egress.sock"}, args[1:]...)
+	for _, t := range targets {
+		dial = append(dial, fmt.Sprintf("/proc/%d/root/run/agentbox/agentbox.sock", pids[t]))
+	}
+	for _, p := range socks {
+		if !slices.Contains(dial, p) {
+			dial = append(dial, p)
+		}
+	}
+	socks = dial
 	if ents, err := os.ReadDir("/run/agentbox"); err != nil {
 		fmt.Printf("readdir /run/agentbox=%s\n", errOf(err))
 	} else {
@@ -139,7 +152,12 @@ func guestchan(args []string) {
 }
 
 // guestPids lists the processes running the guest binary as the init
-// (not as a reaper), found by their command lines.
+// (not as a reaper), found by their command lines. A process of the
+// probe's own user is left out: that is a reaper the guest is starting,
+// between its fork (credentials already the sandbox user's) and its exec
+// (the command line still the guest's), which the sandbox user may signal
+// like any reaper of its own. One caught even earlier, before its
+// credentials changed, is a reaper when guestchan looks again.
 func guestPids() []int {
 	var out []int
 	ents, _ := os.ReadDir("/proc")
@@ -153,11 +171,29 @@ func guestPids() []int {
 			continue
 		}
 		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(argv) > 0 && strings.HasSuffix(argv[0], "agentbox-guest") && (len(argv) < 2 || argv[1] != "reaper") {
+		if len(argv) > 0 && strings.HasSuffix(argv[0], "agentbox-guest") && (len(argv) < 2 || argv[1] != "reaper") && procUID(pid) != os.Getuid() {
 			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// procUID is the real user id of process pid, -1 if unknown.
+func procUID(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if uid, err := strconv.Atoi(f[0]); err == nil {
+					return uid
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // connectUnix connects to a unix socket and, when that works, sends a
