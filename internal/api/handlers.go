@@ -296,7 +296,7 @@ func (s *Server) commit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := s.m.Commit(r.Context(), r.PathValue("id"), req.Message, req.Author)
+	res, err := s.m.CommitWith(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		writeError(w, err)
 		return

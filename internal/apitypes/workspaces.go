@@ -142,6 +142,10 @@ type CommitRequest struct {
 	Message string `json:"message"`
 	// Author defaults to the daemon's configured identity.
 	Author *Author `json:"author,omitempty"`
+	// Force commits a diff that fails the check (paths outside the
+	// writable paths, secrets): the commit is refused otherwise. A forced
+	// commit is recorded, with its findings, in the event log.
+	Force bool `json:"force,omitempty"`
 }
 
 // CommitResult names the commit made.
@@ -149,6 +153,10 @@ type CommitResult struct {
 	ID     string `json:"id"`
 	Commit string `json:"commit"`
 	Branch string `json:"branch"`
+	// Forced is set when the diff failed the check and Force committed it
+	// anyway; Findings are what the check found.
+	Forced   bool        `json:"forced,omitempty"`
+	Findings *DiffReport `json:"findings,omitempty"`
 }
 
 // --- diff check
