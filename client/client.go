@@ -418,6 +418,18 @@ func (c *Client) Fork(ctx context.Context, id string, req Fork) (Workspace, erro
 	return w, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/fork", body: req}, &w)
 }
 
+// Forks asks for several copies of a workspace at once.
+type Forks = apitypes.ForksRequest
+
+// ForkList names the forks made.
+type ForkList = apitypes.ForkList
+
+// ForkN makes req.Count copies of a workspace at once, all or none.
+func (c *Client) ForkN(ctx context.Context, id string, req Forks) (ForkList, error) {
+	var l ForkList
+	return l, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/forks", body: req}, &l)
+}
+
 // --- files
 
 // FileInfo describes a path in a workspace (symlinks not followed).

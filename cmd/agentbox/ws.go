@@ -384,10 +384,15 @@ func firstLine(s string) string {
 func (c *cli) wsForkCmd() *cobra.Command {
 	var req client.Fork
 	var disk string
+	var n int
 	cmd := &cobra.Command{
-		Use:   "fork WS [--branch NAME] [--task LABEL] [--disk SIZE]",
+		Use:   "fork WS [-n N] [--branch NAME] [--task LABEL] [--disk SIZE]",
 		Short: "Fork a workspace (copies only its own changes) for a parallel attempt",
-		Args:  cobra.ExactArgs(1),
+		Long: `Fork a workspace (copies only its own changes) for a parallel attempt.
+
+-n N makes N forks at once (1 to 16), all or none; with --branch, fork i is
+on BRANCH-i. With -n, --json prints {"parent": WS, "forks": [...]}.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			if req.Disk, err = sizeFlag("disk", disk); err != nil {
 				return err
@@ -395,6 +400,17 @@ func (c *cli) wsForkCmd() *cobra.Command {
 			cl, err := c.client()
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("n") {
+				l, err := cl.ForkN(cmd.Context(), args[0], client.Forks{ForkRequest: req, Count: n})
+				if err != nil {
+					return err
+				}
+				return c.emit(l, func(w io.Writer) {
+					for _, ws := range l.Forks {
+						fmt.Fprintf(w, "forked %s from %s on branch %s\n%s\n", ws.ID, args[0], ws.Branch, ws.Path)
+					}
+				})
 			}
 			ws, err := cl.Fork(cmd.Context(), args[0], req)
 			if err != nil {
@@ -405,6 +421,7 @@ func (c *cli) wsForkCmd() *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().IntVarP(&n, "n", "n", 1, "how many forks to make at once (1 to 16), all or none")
 	cmd.Flags().StringVar(&req.Branch, "branch", "", "the fork's branch (default agentbox/<id>)")
 	cmd.Flags().StringVar(&req.Task, "task", "", "task label (default: the parent's)")
 	cmd.Flags().StringVar(&disk, "disk", "", "the fork's disk quota (default: the parent's)")

@@ -320,6 +320,25 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, s.view(ws))
 }
 
+func (s *Server) forks(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.ForksRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	wss, err := s.m.ForkWorkspaces(r.Context(), id, req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := apitypes.ForkList{Parent: id, Forks: make([]apitypes.Workspace, len(wss))}
+	for i, ws := range wss {
+		out.Forks[i] = s.view(ws)
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
 // --- events
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {

@@ -86,6 +86,23 @@ type ForkRequest struct {
 	Disk ByteSize `json:"disk,omitempty"`
 }
 
+// ForksRequest asks for several copies of a workspace at once, all or
+// none. With a Branch, fork i (from 1) is on BRANCH-i.
+type ForksRequest struct {
+	ForkRequest
+	// Count is how many copies, 1 to MaxForks.
+	Count int `json:"count"`
+}
+
+// MaxForks is how many copies one request makes at most.
+const MaxForks = 16
+
+// ForkList is the reply of a request for several forks.
+type ForkList struct {
+	Parent string      `json:"parent"`
+	Forks  []Workspace `json:"forks"`
+}
+
 // WorkspaceList is the reply of a workspace listing.
 type WorkspaceList struct {
 	Workspaces []Workspace `json:"workspaces"`

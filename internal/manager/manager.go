@@ -15,6 +15,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -742,6 +743,42 @@ func (m *Manager) finishRemove(ctx context.Context, w store.Workspace) error {
 
 // ForkRequest asks for a copy of a workspace.
 type ForkRequest = apitypes.ForkRequest
+
+// ForkWorkspaces makes req.Count forks of workspace id at once, all or
+// none: if one fails, those made are removed and the first error returned.
+// With a branch, fork i (from 1) is on BRANCH-i.
+func (m *Manager) ForkWorkspaces(ctx context.Context, id string, req apitypes.ForksRequest) ([]store.Workspace, error) {
+	n := req.Count
+	if n < 1 || n > apitypes.MaxForks {
+		return nil, errdefs.Invalid("fork count %d is not between 1 and %d", n, apitypes.MaxForks)
+	}
+	if _, err := m.GetWorkspace(ctx, id); err != nil {
+		return nil, err
+	}
+	forks := make([]store.Workspace, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		one := req.ForkRequest
+		if one.Branch != "" && n > 1 {
+			one.Branch = fmt.Sprintf("%s-%d", req.Branch, i+1)
+		}
+		wg.Go(func() { forks[i], errs[i] = m.ForkWorkspace(ctx, id, one) })
+	}
+	wg.Wait()
+	i := slices.IndexFunc(errs, func(err error) bool { return err != nil })
+	if i < 0 {
+		return forks, nil
+	}
+	for j, w := range forks {
+		if errs[j] == nil {
+			if err := m.RemoveWorkspace(context.WithoutCancel(ctx), w.ID); err != nil {
+				m.log.WarnContext(ctx, "removing a fork after another failed", "workspace_id", w.ID, "err", err)
+			}
+		}
+	}
+	return nil, errs[i]
+}
 
 // ForkWorkspace makes an independent copy of workspace id, copying only
 // its own changes (overlay), on a new branch at the parent's head.
