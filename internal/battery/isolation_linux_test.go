@@ -67,6 +67,7 @@ func TestIsolation(t *testing.T) {
 		t.Run("A7 proc sys", func(t *testing.T) { testProcSys(t, x) })
 		t.Run("A8 devices", func(t *testing.T) { testDevices(t, x) })
 		t.Run("A9 tiocsti", func(t *testing.T) { testTIOCSTI(t, x) })
+		t.Run("A9 pty", func(t *testing.T) { testPTY(t, x) })
 		t.Run("A10 fds and links", func(t *testing.T) { testFDs(t, x) })
 		t.Run("B11 writable", func(t *testing.T) { testWritable(t, x) })
 		t.Run("B12 host secrets", func(t *testing.T) { testHostSecrets(t, x) })
