@@ -119,6 +119,9 @@ var routes = []route{
 		Body: jsonBody(apitypes.CommitRequest{}), Replies: ok(apitypes.CommitResult{})}},
 	{"POST", "/v1/workspaces/{id}/fork", (*Server).fork, Op{ID: "forkWorkspace", Tag: "workspaces", Summary: "Copy a workspace (only its own changes) onto a new branch",
 		Body: jsonBody(apitypes.ForkRequest{}), BodyOptional: true, Replies: workspaceReply}},
+	{"POST", "/v1/workspaces/{id}/forks", (*Server).forks, Op{ID: "forkWorkspaces", Tag: "workspaces",
+		Summary: "Make count copies of a workspace at once (1 to 16), all or none; with a branch, fork i is on BRANCH-i",
+		Body:    jsonBody(apitypes.ForksRequest{}), Replies: []Reply{jsonReply(201, "the forks", apitypes.ForkList{})}}},
 
 	{"GET", "/v1/workspaces/{id}/files", (*Server).readFile, Op{ID: "readFile", Tag: "files",
 		Summary: "Read a file, or the range of it that lines or bytes selects: raw bytes, or with Accept: application/json one FileContent document (lines numbered)",
