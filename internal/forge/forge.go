@@ -306,7 +306,7 @@ func uniqueLabels(ls []string) []string {
 // prSteps are one forge's steps of OpenOrUpdatePR; openOrUpdate runs them.
 type prSteps struct {
 	// find returns the open PR of the head branch, or nil.
-	find func(ctx context.Context) (*PR, error)
+	find   func(ctx context.Context) (*PR, error)
 	create func(ctx context.Context) (PR, error)
 	update func(ctx context.Context, number int) (PR, error)
 	// addLabels, if set, adds the labels to a PR made or updated without
