@@ -138,7 +138,7 @@ func (g *gitea) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (PR
 			}
 			path := "/repos/" + r.String() + "/issues/" + strconv.Itoa(n) + "/labels"
 			if err := g.call(ctx, r, http.MethodPost, path, map[string]any{"labels": ids}, nil); err != nil {
-				notes = append(notes, fmt.Sprintf("labels not set: %v", err))
+				notes = append(notes, fmt.Sprintf("labels %q not set: %v", labels, err))
 			}
 			return notes
 		},
@@ -176,7 +176,7 @@ func (g *gitea) labelIDs(ctx context.Context, r Remote, names []string) ([]int64
 		return nil
 	}
 	if err := collect("/repos/" + r.String() + "/labels"); err != nil {
-		return nil, []string{fmt.Sprintf("labels not set: listing the repository's labels: %v", err)}
+		return nil, []string{fmt.Sprintf("labels %q not set: listing the repository's labels: %v", names, err)}
 	}
 	missing := false
 	for _, n := range names {

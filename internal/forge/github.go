@@ -116,7 +116,7 @@ func (g *github) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (P
 			}
 			path := "/repos/" + r.String() + "/issues/" + strconv.Itoa(n) + "/labels"
 			if err := g.call(ctx, r, http.MethodPost, path, map[string]any{"labels": labels}, nil); err != nil {
-				return []string{fmt.Sprintf("labels not set: %v", err)}
+				return []string{fmt.Sprintf("labels %q not set: %v", labels, err)}
 			}
 			return nil
 		},

@@ -32,6 +32,9 @@ type fakeGitHub struct {
 	log []string
 	// raceOnCreate: the next create fails as if another opener won.
 	raceOnCreate bool
+	// labelsForbidden: adding labels is refused (a token without the
+	// issues permission).
+	labelsForbidden bool
 }
 
 func newFakeGitHub(t *testing.T) (*fakeGitHub, *httptest.Server) {
@@ -146,6 +149,10 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.reply(w, 200, f.pullJSON(n))
 	case r.Method == http.MethodPost && strings.HasPrefix(rest, "/issues/") && strings.HasSuffix(rest, "/labels"):
 		n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(rest, "/issues/"), "/labels"))
+		if f.labelsForbidden {
+			f.reply(w, 403, map[string]any{"message": "Resource not accessible by personal access token"})
+			return
+		}
 		if _, ok := f.pulls[n]; !ok {
 			f.reply(w, 404, map[string]any{"message": "Not Found"})
 			return
@@ -241,6 +248,18 @@ func TestGitHub(t *testing.T) {
 	}
 	if pr.Number != 2 || !pr.Updated {
 		t.Errorf("raced create = %+v; want number 2, updated", pr)
+	}
+
+	// A label the token may not set is a note; the PR is there.
+	fake.mu.Lock()
+	fake.labelsForbidden = true
+	fake.mu.Unlock()
+	pr, err = f.OpenOrUpdatePR(ctx, r, PRRequest{Head: "third", Base: "trunk", Title: "Third", Labels: []string{"nope"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.Number != 3 || len(pr.Notes) != 1 || !strings.Contains(pr.Notes[0], `"nope"`) || !strings.Contains(pr.Notes[0], "403") {
+		t.Errorf("PR with a forbidden label = %+v; want number 3 and a note naming the label and 403", pr)
 	}
 
 	// Unknown repository.
