@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -37,8 +38,8 @@ type Remote struct {
 // String is the repository's full name, "owner/repo".
 func (r Remote) String() string { return r.Owner + "/" + r.Repo }
 
-// ParseRemote parses an https (or, for a local forge, http) remote URL of
-// the form scheme://host[:port]/owner/repo[.git]. It refuses credentials in
+// ParseRemote parses an https remote URL (http only for a forge on
+// loopback) of the form scheme://host[:port]/owner/repo[.git]. It refuses credentials in
 // the URL (a token there would end up in the database and in logs), other
 // schemes (ssh, file, ext: the push runs with an HTTP token only), a query
 // or fragment, and path segments that are empty, "." or "..", or hold
@@ -55,13 +56,16 @@ func ParseRemote(rawURL string) (Remote, error) {
 		return bad("not a URL")
 	}
 	if u.Scheme != "https" && u.Scheme != "http" {
-		return bad("scheme must be https or http")
+		return bad("scheme must be https")
 	}
 	if u.User != nil {
 		return bad("credentials in the URL are refused: give the token through the secret store")
 	}
 	if u.Host == "" || u.Hostname() == "" {
 		return bad("no host")
+	}
+	if u.Scheme == "http" && !loopback(u.Hostname()) {
+		return bad("plain http would send the token in clear: https is needed for a host other than loopback")
 	}
 	if u.Opaque != "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(rawURL, "#") {
 		return bad("a query or fragment is refused")
@@ -84,6 +88,16 @@ func ParseRemote(rawURL string) (Remote, error) {
 		Owner: strings.Join(segs[:len(segs)-1], "/"),
 		Repo:  segs[len(segs)-1],
 	}, nil
+}
+
+// loopback says whether host is this machine's loopback: the one place a
+// token may travel over plain http (a test forge, a local tunnel).
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // validSegment accepts the characters GitHub, GitLab and Gitea allow in
@@ -195,7 +209,10 @@ func New(c Config) (Forge, error) {
 	if c.APIURL != "" {
 		u, err := url.Parse(c.APIURL)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-			return nil, fmt.Errorf("forge %s: API URL %q must be http(s)://host[/path] without credentials, query or fragment: %w", c.Kind, redactURL(c.APIURL), errdefs.ErrInvalid)
+			return nil, fmt.Errorf("forge %s: API URL %q must be https://host[/path] without credentials, query or fragment: %w", c.Kind, redactURL(c.APIURL), errdefs.ErrInvalid)
+		}
+		if u.Scheme == "http" && !loopback(u.Hostname()) {
+			return nil, fmt.Errorf("forge %s: API URL %q: plain http would send the token in clear: https is needed for a host other than loopback: %w", c.Kind, c.APIURL, errdefs.ErrInvalid)
 		}
 	}
 	hc := c.HTTPClient

@@ -19,6 +19,8 @@ func TestParseRemote(t *testing.T) {
 		{"https://github.com/octo/hello/", Remote{"github.com", "octo", "hello"}},
 		{"https://GitLab.Example.com/a/b/c.git", Remote{"gitlab.example.com", "a/b", "c"}},
 		{"http://127.0.0.1:3000/admin/my-repo_1.x.git", Remote{"127.0.0.1:3000", "admin", "my-repo_1.x"}},
+		{"http://[::1]:3000/admin/r", Remote{"[::1]:3000", "admin", "r"}},
+		{"http://localhost/admin/r", Remote{"localhost", "admin", "r"}},
 	}
 	for _, c := range good {
 		got, err := ParseRemote(c.in)
@@ -52,6 +54,8 @@ func TestParseRemote(t *testing.T) {
 		"https://github.com/octo/hel\\lo",
 		"https://github.com/octo/hel;lo",
 		"https://github.com/octo/hello\n",
+		"http://github.com/octo/hello.git",
+		"http://10.0.0.1/octo/hello.git",
 	}
 	for _, in := range bad {
 		_, err := ParseRemote(in)
@@ -72,6 +76,7 @@ func TestNewRefuses(t *testing.T) {
 		{Kind: "gitlab", Token: "t\nX-Evil: 1"},
 		{Kind: "gitea", Token: "t", APIURL: "ftp://example.invalid/api"},
 		{Kind: "gitea", Token: "t", APIURL: "https://u:p@example.invalid/api/v1"},
+		{Kind: "gitea", Token: "t", APIURL: "http://gitea.example.invalid/api/v1"},
 	} {
 		if _, err := New(c); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("New(%+v) = %v, want ErrInvalid", c, err)

@@ -185,8 +185,11 @@ func (g *gitea) labelIDs(ctx context.Context, r Remote, names []string) ([]int64
 		}
 	}
 	if missing {
-		// An owner that is a user, not an organisation, answers 404 here.
-		if err := collect("/orgs/" + url.PathEscape(r.Owner) + "/labels"); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		// An owner that is a user, not an organisation, answers 404 here, and
+		// a token without read:organization 403: then a label of that name
+		// is made in the repository, which is what the token can do.
+		err := collect("/orgs/" + url.PathEscape(r.Owner) + "/labels")
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrUnauthorized) {
 			notes = append(notes, fmt.Sprintf("organisation labels not read: %v", err))
 		}
 	}

@@ -161,6 +161,7 @@ func TestGiteaReal(t *testing.T) {
 		if len(pr.Notes) == 0 || !strings.Contains(strings.Join(pr.Notes, "\n"), `"never-made"`) {
 			t.Errorf("notes %q: want one naming the label never-made", pr.Notes)
 		}
+		t.Logf("notes: %q", pr.Notes)
 		if strings.Contains(strings.Join(pr.Notes, "\n"), tok) {
 			t.Errorf("a note holds the token: %q", pr.Notes)
 		}

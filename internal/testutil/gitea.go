@@ -186,10 +186,13 @@ func StartGitea(t testing.TB) *Gitea {
 	}
 
 	start := time.Now()
-	// The admin and its token, before the server runs (this also makes the
-	// database). The token is printed once, on the last line.
+	// The database, then the admin and its token, before the server runs.
+	// The token is printed once.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if out, err := command(ctx, "migrate").CombinedOutput(); err != nil {
+		t.Fatalf("gitea migrate: %v\n%s", err, out)
+	}
 	out, err := command(ctx, "admin", "user", "create",
 		"--username", g.User, "--password", g.Password, "--email", "agentbox@example.invalid",
 		"--admin", "--must-change-password=false",
@@ -411,10 +414,6 @@ ENABLED = false
 [service]
 DISABLE_REGISTRATION = true
 ENABLE_NOTIFY_MAIL = false
-
-[picture]
-DISABLE_GRAVATAR = true
-ENABLE_FEDERATED_AVATAR = false
 
 [session]
 PROVIDER = memory
