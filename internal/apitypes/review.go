@@ -99,6 +99,8 @@ type Decision struct {
 // DecisionRequest approves or rejects a candidate.
 type DecisionRequest struct {
 	Reason string `json:"reason"`
+	// Actor is who decides (default "api"), recorded in the event log.
+	Actor string `json:"actor,omitempty"`
 }
 
 // PushRecord is a push of a candidate's commit.

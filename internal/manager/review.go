@@ -2,7 +2,10 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
+	"path"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -317,4 +320,110 @@ func (m *Manager) latestApproved(ctx context.Context, wsID string) (Candidate, e
 		return Candidate{}, fmt.Errorf("workspace %s has no candidate: review it first (agentbox review %s --test CMD): %w", wsID, wsID, errdefs.ErrConflict)
 	}
 	return Candidate{}, fmt.Errorf("workspace %s has no approved candidate (the newest, %s, is %s): %w", wsID, cs[0].ID, cs[0].Disposition, errdefs.ErrConflict)
+}
+
+// PushBranch is the branch a workspace's candidates are pushed to:
+// agentbox/<task>/<workspace>, the task made a safe branch word, or
+// agentbox/<workspace> without a task.
+func PushBranch(w store.Workspace) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(w.Task) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+			dash = false
+		case !dash && b.Len() > 0:
+			b.WriteByte('-')
+			dash = true
+		}
+		if b.Len() >= 40 {
+			break
+		}
+	}
+	task := strings.Trim(b.String(), "-")
+	if task == "" {
+		return "agentbox/" + w.ID
+	}
+	return "agentbox/" + task + "/" + w.ID
+}
+
+// Push sends the newest approved candidate of workspace wsID to its repo's
+// remote, on PushBranch, from the host (never the sandbox), with the token
+// of the forge bound to the remote's host, if any. It never forces and
+// never pushes to the remote's default branch or to a branch the binding
+// protects. Pushing the same commit again does nothing.
+func (m *Manager) Push(ctx context.Context, wsID string) (Candidate, error) {
+	c, err := m.latestApproved(ctx, wsID)
+	if err != nil {
+		return Candidate{}, err
+	}
+	if c.Push != nil && c.Push.Commit == c.Commit {
+		return c, nil
+	}
+	w, drv, err := m.ready(ctx, wsID)
+	if err != nil {
+		return Candidate{}, err
+	}
+	repo, err := m.st.GetRepo(ctx, w.RepoID)
+	if err != nil {
+		return Candidate{}, err
+	}
+	remote := repo.URL
+	if strings.HasPrefix(remote, "agentbox://") {
+		return Candidate{}, fmt.Errorf("workspace %s has no remote to push to (it was made from %s): export it with ws export --bundle or ws diff --format patch: %w", wsID, remote, errdefs.ErrConflict)
+	}
+	branch := PushBranch(w)
+	binding, auth, err := m.forgeAuth(ctx, remote)
+	if err != nil {
+		return Candidate{}, err
+	}
+	protected := append([]string{repo.DefaultBranch}, binding.Protected...)
+	for _, p := range protected {
+		if ok, _ := path.Match(p, branch); p != "" && ok {
+			return Candidate{}, fmt.Errorf("workspace %s: branch %s is protected (%s): agentbox does not push to it: %w", wsID, branch, p, errdefs.ErrConflict)
+		}
+	}
+	l := m.lock(wsID)
+	l.Lock()
+	err = m.git(w, drv).Push(ctx, remote, c.Commit, branch, auth)
+	l.Unlock()
+	if err != nil {
+		m.event(ctx, store.Event{Type: "candidate.push_failed", RepoID: c.RepoID, WorkspaceID: wsID},
+			map[string]any{"candidate": c.ID, "remote": remote, "branch": branch, "error": err.Error()})
+		return Candidate{}, named(wsID, err)
+	}
+	now := time.Now().UTC()
+	c.Push = &apitypes.PushRecord{Remote: remote, Branch: branch, Commit: c.Commit, At: now}
+	c.UpdatedAt = now
+	if err := m.st.UpdateCandidate(ctx, c, apitypes.DispositionApproved); err != nil {
+		return Candidate{}, err
+	}
+	m.event(ctx, store.Event{Type: "candidate.pushed", RepoID: c.RepoID, WorkspaceID: wsID},
+		map[string]any{"candidate": c.ID, "remote": remote, "branch": branch, "commit": c.Commit})
+	return c, nil
+}
+
+// forgeAuth is the forge binding of remote's host and the credential it
+// names; a remote without a binding (or a local path) pushes without one.
+func (m *Manager) forgeAuth(ctx context.Context, remote string) (store.ForgeBinding, *workspace.PushAuth, error) {
+	u, err := url.Parse(remote)
+	if err != nil || u.Host == "" {
+		return store.ForgeBinding{}, nil, nil
+	}
+	b, err := m.st.GetForge(ctx, u.Host)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return store.ForgeBinding{}, nil, nil
+	}
+	if err != nil {
+		return b, nil, err
+	}
+	if m.cfg.Secrets == nil {
+		return b, nil, fmt.Errorf("forge %s names secret %s, but the daemon has no secret store: %w", b.Host, b.Secret, errdefs.ErrUnavailable)
+	}
+	tok, err := m.cfg.Secrets.Reveal(ctx, b.Secret)
+	if err != nil {
+		return b, nil, fmt.Errorf("forge %s: its secret %s: %w", b.Host, b.Secret, err)
+	}
+	return b, &workspace.PushAuth{User: b.User, Token: string(tok)}, nil
 }
