@@ -706,3 +706,30 @@ func (c *Client) Decide(ctx context.Context, id string, approve bool, actor, rea
 	return out, c.json(ctx, request{method: "POST", path: "/v1/candidates/" + esc(id) + "/" + verb,
 		body: apitypes.DecisionRequest{Reason: reason, Actor: actor}}, &out)
 }
+
+// Push sends the workspace's newest approved candidate to its remote.
+func (c *Client) Push(ctx context.Context, ws string) (Candidate, error) {
+	var out Candidate
+	return out, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(ws) + "/push"}, &out)
+}
+
+// ForgeBinding is how the daemon reaches a forge host.
+type ForgeBinding = apitypes.ForgeBinding
+
+// SetForge binds a forge host (f.Host) to its API kind and the stored
+// secret with its token.
+func (c *Client) SetForge(ctx context.Context, f ForgeBinding) (ForgeBinding, error) {
+	var out ForgeBinding
+	return out, c.json(ctx, request{method: "PUT", path: "/v1/forges/" + esc(f.Host), body: f}, &out)
+}
+
+// Forges lists the forge bindings.
+func (c *Client) Forges(ctx context.Context) ([]ForgeBinding, error) {
+	var out apitypes.ForgeList
+	return out.Forges, c.json(ctx, request{method: "GET", path: "/v1/forges"}, &out)
+}
+
+// RemoveForge drops a host's binding.
+func (c *Client) RemoveForge(ctx context.Context, host string) error {
+	return c.json(ctx, request{method: "DELETE", path: "/v1/forges/" + esc(host)}, nil)
+}

@@ -144,3 +144,100 @@ func failureWord(e *apitypes.CommandEvidence) string {
 	}
 	return fmt.Sprintf("exit %d", e.ExitCode)
 }
+
+func (c *cli) wsPushCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "push WS",
+		Short: "Push the workspace's newest approved candidate to its repo's remote",
+		Long: `Push the workspace's newest approved candidate to its repo's remote, on the
+branch agentbox/<task>/<workspace>.
+
+The push runs on the host, never in the sandbox, from agentbox's own copy
+of the candidate's commit, with the token of the forge bound to the
+remote's host (agentbox forge set), which no sandbox ever sees. It is never
+forced and never goes to the remote's default branch or a protected one.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			cand, err := cl.Push(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.emit(cand, func(w io.Writer) {
+				fmt.Fprintf(w, "pushed %s (candidate %s) to %s %s\n", short(cand.Push.Commit), cand.ID, cand.Push.Remote, cand.Push.Branch)
+			})
+		},
+	}
+}
+
+func (c *cli) forgeCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "forge", Short: "Forge hosts agentbox pushes to and opens pull requests on"}
+	var f client.ForgeBinding
+	var protected []string
+	set := &cobra.Command{
+		Use:   "set HOST --kind github|gitlab|gitea --secret NAME [--api URL] [--user NAME] [--protected PATTERN,...]",
+		Short: "Bind a forge host to its API kind and the stored secret with its token",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			f.Host, f.Protected = args[0], protected
+			out, err := cl.SetForge(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			return c.emit(out, func(w io.Writer) { fmt.Fprintf(w, "forge %s: %s, token in secret %s\n", out.Host, out.Kind, out.Secret) })
+		},
+	}
+	set.Flags().StringVar(&f.Kind, "kind", "", "the forge's API: github, gitlab or gitea (also Forgejo)")
+	set.Flags().StringVar(&f.Secret, "secret", "", "the stored secret holding the token (agentbox secret set NAME)")
+	set.Flags().StringVar(&f.APIURL, "api", "", "the API base URL (default: the kind's for the host)")
+	set.Flags().StringVar(&f.User, "user", "", "the user name git sends with the token (default x-access-token)")
+	set.Flags().StringSliceVar(&protected, "protected", nil, "branch patterns never pushed to, besides the remote's default branch")
+	set.MarkFlagRequired("kind")
+	set.MarkFlagRequired("secret")
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the forge bindings",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			fs, err := cl.Forges(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return c.emit(struct {
+				Forges []client.ForgeBinding `json:"forges"`
+			}{fs}, func(w io.Writer) {
+				for _, f := range fs {
+					fmt.Fprintf(w, "%s\t%s\tsecret %s\n", f.Host, f.Kind, f.Secret)
+				}
+			})
+		},
+	}
+	rm := &cobra.Command{
+		Use:   "rm HOST",
+		Short: "Drop a forge binding (the secret stays)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			if err := cl.RemoveForge(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			return c.emit(map[string]any{"id": args[0], "removed": true}, func(w io.Writer) { fmt.Fprintf(w, "removed forge %s\n", args[0]) })
+		},
+	}
+	cmd.AddCommand(set, ls, rm)
+	return cmd
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -426,4 +427,64 @@ func (m *Manager) forgeAuth(ctx context.Context, remote string) (store.ForgeBind
 		return b, nil, fmt.Errorf("forge %s: its secret %s: %w", b.Host, b.Secret, err)
 	}
 	return b, &workspace.PushAuth{User: b.User, Token: string(tok)}, nil
+}
+
+// forgeKinds are the forge APIs agentbox speaks.
+var forgeKinds = map[string]bool{"github": true, "gitlab": true, "gitea": true}
+
+// SetForge binds a forge host: its API kind and the stored secret with
+// the token for push and pull requests.
+func (m *Manager) SetForge(ctx context.Context, f store.ForgeBinding) (store.ForgeBinding, error) {
+	switch {
+	case f.Host == "" || strings.ContainsAny(f.Host, "/@?# \t\n") || len(f.Host) > 255:
+		return f, errdefs.Invalid("forge host %q is not a host[:port]", f.Host)
+	case !forgeKinds[f.Kind]:
+		return f, errdefs.Invalid("forge %s: kind %q is not github, gitlab or gitea", f.Host, f.Kind)
+	case f.Secret == "":
+		return f, errdefs.Invalid("forge %s: no secret named for its token", f.Host)
+	case strings.ContainsAny(f.User, ":\n\r"):
+		return f, errdefs.Invalid("forge %s: user %q", f.Host, f.User)
+	}
+	if f.APIURL != "" {
+		u, err := url.Parse(f.APIURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
+			return f, errdefs.Invalid("forge %s: API URL %q is not an http(s) URL without credentials", f.Host, f.APIURL)
+		}
+	}
+	for _, p := range f.Protected {
+		if _, err := path.Match(p, ""); err != nil {
+			return f, errdefs.Invalid("forge %s: protected pattern %q: %v", f.Host, p, err)
+		}
+	}
+	if m.cfg.Secrets == nil {
+		return f, fmt.Errorf("forge %s: the daemon has no secret store: %w", f.Host, errdefs.ErrUnavailable)
+	}
+	secs, err := m.cfg.Secrets.List(ctx)
+	if err != nil {
+		return f, err
+	}
+	if !slices.ContainsFunc(secs, func(s store.SealedSecret) bool { return s.Name == f.Secret }) {
+		return f, fmt.Errorf("forge %s: secret %s: %w (store it first: agentbox secret set %s)", f.Host, f.Secret, errdefs.ErrNotFound, f.Secret)
+	}
+	now := time.Now().UTC()
+	f.CreatedAt, f.UpdatedAt = now, now
+	if err := m.st.PutForge(ctx, f); err != nil {
+		return f, err
+	}
+	m.event(ctx, store.Event{Type: "forge.set"}, map[string]any{"host": f.Host, "kind": f.Kind, "secret": f.Secret})
+	return m.st.GetForge(ctx, f.Host)
+}
+
+// ListForges lists the forge bindings by host.
+func (m *Manager) ListForges(ctx context.Context) ([]store.ForgeBinding, error) {
+	return m.st.ListForges(ctx)
+}
+
+// RemoveForge drops a host's binding (the secret stays).
+func (m *Manager) RemoveForge(ctx context.Context, host string) error {
+	if err := m.st.DeleteForge(ctx, host); err != nil {
+		return err
+	}
+	m.event(ctx, store.Event{Type: "forge.removed"}, map[string]any{"host": host})
+	return nil
 }
