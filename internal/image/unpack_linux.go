@@ -37,6 +37,9 @@ type Unpacked struct {
 	ID string `json:"id"`
 	// Name is the reference it was unpacked as.
 	Name string `json:"name"`
+	// Source is the path reference (oci:..., oci-archive:...,
+	// docker-archive:...) it was unpacked from; empty for the engine's.
+	Source string `json:"source,omitempty"`
 	// Rootfs is the unpacked root file system.
 	Rootfs string `json:"rootfs"`
 	// Config is the image's run configuration.
