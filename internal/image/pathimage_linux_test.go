@@ -129,7 +129,12 @@ func TestPathImages(t *testing.T) {
 		layers := layerTars(t, saved)
 		newID := imagetest.WriteLayout(t, newLayout, "", config, layers, true)
 		t.Cleanup(func() { exec.Command("docker", "rmi", "-f", newID).Run() })
-		got, err := LoadPath(t.Context(), "oci:"+newLayout)
+		c, err := connect(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		got, err := LoadPath(t.Context(), c, "oci:"+newLayout)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +163,7 @@ func TestPathImages(t *testing.T) {
 			t.Fatalf("%s still in the engine", builtID)
 		}
 		t.Cleanup(func() { exec.Command("docker", "rmi", "-f", builtID).Run() })
-		if got, err := LoadPath(t.Context(), "docker-archive:"+arch); err != nil || got != builtID {
+		if got, err := LoadPath(t.Context(), c, "docker-archive:"+arch); err != nil || got != builtID {
 			t.Fatalf("loading the archive: %s %v, want %s", got, err, builtID)
 		}
 		if out := run(t, "docker", "run", "--rm", builtID, "/bin/busybox", "echo", "ok"); out != "ok" {

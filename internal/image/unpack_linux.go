@@ -21,16 +21,6 @@ import (
 	"github.com/agentbox/agentbox/internal/flock"
 )
 
-// Config is an image's run configuration as the local backend honours it.
-type Config struct {
-	// Env is the image's ENV, "KEY=value".
-	Env []string `json:"env,omitempty"`
-	// WorkingDir is its WORKDIR.
-	WorkingDir string `json:"working_dir,omitempty"`
-	// User is its USER.
-	User string `json:"user,omitempty"`
-}
-
 // Unpacked is an image unpacked into the cache.
 type Unpacked struct {
 	// ID is the engine's image id ("sha256:...").
@@ -71,18 +61,6 @@ func CachedID(cacheDir, id string) (Unpacked, bool) {
 	}
 	u.Rootfs = filepath.Join(cacheDir, hexID, "rootfs")
 	return u, true
-}
-
-// idHex is the hex digest of an image id, validated.
-func idHex(id string) (string, bool) {
-	h, ok := strings.CutPrefix(id, "sha256:")
-	if !ok || len(h) != 64 {
-		return "", false
-	}
-	if _, err := hex.DecodeString(h); err != nil {
-		return "", false
-	}
-	return h, true
 }
 
 // Unpack returns the root file system and config of the engine's image name, unpacking

@@ -226,6 +226,23 @@ type ImageConfig struct {
 	WorkingDir string `json:"working_dir,omitempty"`
 	// User is the image's USER ("name", "uid" or "uid:gid").
 	User string `json:"user,omitempty"`
+	// Account is User resolved in the image's own /etc/passwd and
+	// /etc/group; nil when User is empty or root. Commands never run as
+	// root, nor as another uid than CreateRequest.UID (the owner of the
+	// workspace's files): the account gives them its name (USER,
+	// LOGNAME) and, where it is writable, its home (HOME).
+	Account *Account `json:"account,omitempty"`
+}
+
+// Account is a user of an image.
+type Account struct {
+	// Name is the user's name; empty for a uid the image's passwd lacks.
+	Name string `json:"name,omitempty"`
+	// UID and GID are its ids in the image.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// Home is its home directory in the image's passwd.
+	Home string `json:"home,omitempty"`
 }
 
 // ImageInspector is implemented by backends that can read an image's
