@@ -1,0 +1,156 @@
+package battery
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/image/imagetest"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// pathImages are the busybox image named by path three ways, and two
+// images made from it as OCI layouts with a USER and WORKDIR of their own.
+type pathImages struct {
+	archive, layout, ociArchive string
+	// sameUID's USER "app" has the sandbox uid and a home under /tmp;
+	// its WORKDIR is /opt/wd.
+	sameUID string
+	// otherUID's USER is 2001:2001 ("other", home /home/other on the
+	// read-only root); its WORKDIR is /workspace.
+	otherUID string
+	// mark is the content of /opt/wd/marker in both.
+	mark string
+}
+
+func makePathImages(t *testing.T) pathImages {
+	t.Helper()
+	dir := t.TempDir()
+	var p pathImages
+	p.archive = imagetest.DockerSave(t, testImage, dir)
+	layout := filepath.Join(dir, "layout")
+	imagetest.LayoutFromDockerArchive(t, p.archive, layout, "v1")
+	p.ociArchive = filepath.Join(dir, "oci.tar")
+	imagetest.TarDir(t, layout, p.ociArchive)
+	p.layout = layout
+
+	passwd, err := exec.Command("docker", "run", "--rm", "--network", "none", testImage, "cat", "/etc/passwd").Output()
+	if err != nil {
+		t.Fatalf("reading the busybox passwd: %v", err)
+	}
+	group, _ := exec.Command("docker", "run", "--rm", "--network", "none", testImage, "cat", "/etc/group").Output()
+	base := layerTars(t, p.archive)
+	mark := make([]byte, 4)
+	rand.Read(mark)
+	p.mark = hex.EncodeToString(mark)
+	mk := func(name, user, workdir, extraPasswd, extraGroup string) string {
+		top := imagetest.Layer(t,
+			imagetest.Entry{Name: "etc/passwd", Body: string(passwd) + extraPasswd},
+			imagetest.Entry{Name: "etc/group", Body: string(group) + extraGroup},
+			imagetest.Entry{Name: "opt/wd/", Type: '5'},
+			imagetest.Entry{Name: "opt/wd/marker", Body: hex.EncodeToString(mark)},
+		)
+		layers := append(append([][]byte{}, base...), top)
+		var diffIDs []string
+		for _, l := range layers {
+			diffIDs = append(diffIDs, imagetest.Digest(l))
+		}
+		config, _ := json.Marshal(map[string]any{
+			"os": "linux", "architecture": runtime.GOARCH,
+			"config": map[string]any{"Env": []string{"PATH=/bin:/usr/bin", "MARK=" + hex.EncodeToString(mark)}, "User": user, "WorkingDir": workdir},
+			"rootfs": map[string]any{"type": "layers", "diff_ids": diffIDs},
+		})
+		d := filepath.Join(dir, name)
+		id := imagetest.WriteLayout(t, d, "", config, layers, true)
+		t.Cleanup(func() {
+			exec.Command("docker", "rmi", "-f", id).Run()
+			os.RemoveAll(filepath.Join(image.DefaultCache, strings.TrimPrefix(id, "sha256:")))
+		})
+		return "oci:" + d
+	}
+	p.sameUID = mk("same", "app", "/opt/wd", "app:x:1000:1000::/tmp/apphome:/bin/sh\n", "")
+	p.otherUID = mk("other", "other:other", "/workspace", "other:x:2001:2001::/home/other:/bin/sh\n", "other:x:2001:\n")
+	return p
+}
+
+// layerTars returns the uncompressed layers of a `docker save` archive.
+func layerTars(t *testing.T, archive string) [][]byte {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("tar", "-C", dir, "-xf", archive).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	var ms []struct{ Layers []string }
+	b, _ := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	json.Unmarshal(b, &ms)
+	var out [][]byte
+	for _, l := range ms[0].Layers {
+		b, err := os.ReadFile(filepath.Join(dir, l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// TestPathImagesAndUser runs commands on every backend from images named by
+// path (a `docker save` archive, an OCI layout, an OCI archive), and checks
+// that an image's WORKDIR and USER come out the same on each: commands run
+// as the sandbox uid always, start in the WORKDIR, and get the USER's name
+// and, where writable, its home.
+func TestPathImagesAndUser(t *testing.T) {
+	requireSetup(t)
+	requireEngine(t, "runc")
+	imgs := makePathImages(t)
+	forEachBackend(t, func(t *testing.T, e *env) {
+		exec1 := func(t *testing.T, img, script string) string {
+			t.Helper()
+			w, err := e.m.CreateWorkspace(t.Context(), manager.CreateRequest{Repo: e.repo.ID, Task: "path image"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.m.CreateSandbox(t.Context(), w.ID, sandbox.Spec{Image: img}); err != nil {
+				t.Fatalf("CreateSandbox %s on %s: %v", img, e.name, err)
+			}
+			var out, errOut syncBuffer
+			res, err := e.m.Exec(t.Context(), w.ID, guest.ExecRequest{Argv: []string{"sh", "-c", script}, Timeout: time.Minute}, nil, &out, &errOut)
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("%s on %s: %v %+v\n%s%s", img, e.name, err, res, out.String(), errOut.String())
+			}
+			return strings.TrimSpace(out.String())
+		}
+		for _, ref := range []string{"docker-archive:" + imgs.archive, "oci:" + imgs.layout + ":v1", "oci-archive:" + imgs.ociArchive} {
+			t.Run(strings.SplitN(ref, ":", 2)[0], func(t *testing.T) {
+				want := "1000 /workspace " + sandbox.DefaultHome + " -"
+				if got := exec1(t, ref, `echo "$(id -u) $(pwd) $HOME ${USER:--}"`); got != want {
+					t.Errorf("got %q, want %q", got, want)
+				}
+			})
+		}
+		t.Run("same-uid", func(t *testing.T) {
+			got := exec1(t, imgs.sameUID, `echo "$(id -u):$(id -g) $(pwd) $HOME $USER $LOGNAME $(cat marker)"; touch /workspace/written && mkdir -p "$HOME/.cache" && echo ok`)
+			want := "1000:1000 /opt/wd /tmp/apphome app app " + imgs.mark + "\nok"
+			if got != want {
+				t.Errorf("got %q, want %q", got, want)
+			}
+		})
+		t.Run("other-uid", func(t *testing.T) {
+			got := exec1(t, imgs.otherUID, `echo "$(id -u):$(id -g) $(pwd) $HOME $USER $LOGNAME"; touch /workspace/written && echo ok`)
+			want := "1000:1000 /workspace " + sandbox.DefaultHome + " other other\nok"
+			if got != want {
+				t.Errorf("got %q, want %q (commands keep the sandbox uid; the image user's name, and no unwritable home)", got, want)
+			}
+		})
+	})
+}
