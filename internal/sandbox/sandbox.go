@@ -251,6 +251,27 @@ type ImageInspector interface {
 	ImageConfig(ctx context.Context, image string) (ImageConfig, error)
 }
 
+// ImageCollector is implemented by backends that keep images unpacked
+// on the host (local): CollectImages removes the unpacked images whose
+// image is gone (from the engine, or from the path that named it) and
+// that no environment runs from, or in a dry run lists them.
+type ImageCollector interface {
+	CollectImages(ctx context.Context, dryRun bool) ([]CollectedImage, error)
+}
+
+// CollectedImage is one unpacked image an ImageCollector removed or would
+// remove.
+type CollectedImage struct {
+	// ID is the image id ("sha256:..."); Name what it was unpacked as.
+	ID, Name string
+	// Reason says why it is garbage; Bytes what it held on disk.
+	Reason string
+	Bytes  int64
+	// Removed is set once it is gone; Error says why removing failed.
+	Removed bool
+	Error   string
+}
+
 // DefaultPath is a command's PATH when neither its image nor anything
 // else sets one.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

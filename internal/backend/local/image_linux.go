@@ -68,3 +68,51 @@ func (b *Backend) ImageConfig(ctx context.Context, name string) (sandbox.ImageCo
 	}
 	return out, nil
 }
+
+var _ sandbox.ImageCollector = (*Backend)(nil)
+
+// CollectImages removes the images unpacked in ImageCache whose image is
+// gone and that no sandbox of any daemon runs from (image.CollectCache).
+func (b *Backend) CollectImages(ctx context.Context, dryRun bool) ([]sandbox.CollectedImage, error) {
+	items, err := image.CollectCache(ctx, b.opts.ImageCache, dryRun)
+	out := make([]sandbox.CollectedImage, 0, len(items))
+	for _, it := range items {
+		c := sandbox.CollectedImage{ID: it.ID, Name: it.Name, Reason: it.Reason, Bytes: it.Bytes, Removed: it.Removed}
+		if it.Err != nil {
+			c.Error = it.Err.Error()
+		}
+		out = append(out, c)
+	}
+	return out, err
+}
+
+// holdImage takes the collector's shared lock on the root file system a
+// sandbox runs from while it runs (image.HoldRootfs), looking the image
+// up again if it was collected between its lookup and the hold.
+func (b *Backend) holdImage(ctx context.Context, id, name, rootfs string) (string, error) {
+	for range 3 {
+		h, err := image.HoldRootfs(ctx, b.opts.ImageCache, rootfs)
+		if err == nil {
+			b.mu.Lock()
+			b.holds[id] = h
+			b.mu.Unlock()
+			return rootfs, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+		if rootfs, _, err = b.image(ctx, name); err != nil {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("image %s: its unpacked root file system keeps being collected: %w", name, errdefs.ErrConflict)
+}
+
+// releaseImage ends a sandbox's hold on its root file system.
+func (b *Backend) releaseImage(id string) {
+	b.mu.Lock()
+	h := b.holds[id]
+	delete(b.holds, id)
+	b.mu.Unlock()
+	h.Release()
+}
