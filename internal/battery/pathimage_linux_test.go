@@ -2,6 +2,7 @@ package battery
 
 import (
 	"crypto/rand"
+	"errors"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -12,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/image/imagetest"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 // pathImages are the busybox image named by path three ways, and two
@@ -29,6 +32,9 @@ type pathImages struct {
 	// otherUID's USER is 2001:2001 ("other", home /home/other on the
 	// read-only root); its WORKDIR is /workspace.
 	otherUID string
+	// corrupt is an OCI layout whose one layer does not match its digest;
+	// corruptID its image id.
+	corrupt, corruptID string
 	// mark is the content of /opt/wd/marker in both.
 	mark string
 }
@@ -79,6 +85,17 @@ func makePathImages(t *testing.T) pathImages {
 		return "oci:" + d
 	}
 	p.sameUID = mk("same", "app", "/opt/wd", "app:x:1000:1000::/tmp/apphome:/bin/sh\n", "")
+	corrupt := filepath.Join(dir, "corrupt")
+	p.corruptID = imagetest.WriteLayout(t, corrupt, "", nil, [][]byte{imagetest.Layer(t, imagetest.Entry{Name: "bin/x", Body: "original"})}, false)
+	blobs, _ := filepath.Glob(filepath.Join(corrupt, "blobs/sha256/*"))
+	for _, b := range blobs {
+		data, _ := os.ReadFile(b)
+		if i := strings.Index(string(data), "original"); i >= 0 {
+			data[i] = 'O'
+			os.WriteFile(b, data, 0o644)
+		}
+	}
+	p.corrupt = "oci:" + corrupt
 	p.otherUID = mk("other", "other:other", "/workspace", "other:x:2001:2001::/home/other:/bin/sh\n", "other:x:2001:\n")
 	return p
 }
@@ -143,6 +160,32 @@ func TestPathImagesAndUser(t *testing.T) {
 			want := "1000:1000 /opt/wd /tmp/apphome app app " + imgs.mark + "\nok"
 			if got != want {
 				t.Errorf("got %q, want %q", got, want)
+			}
+		})
+		t.Run("bad", func(t *testing.T) {
+			for _, ref := range []string{imgs.corrupt, "oci:" + filepath.Join(t.TempDir(), "missing"), "docker-archive:" + imgs.layout} {
+				w, err := e.m.CreateWorkspace(t.Context(), manager.CreateRequest{Repo: e.repo.ID, Task: "bad path image"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				path := strings.SplitN(ref, ":", 2)[1]
+				_, err = e.m.CreateSandbox(t.Context(), w.ID, sandbox.Spec{Image: ref})
+				if err == nil || !strings.Contains(err.Error(), path) || !errors.Is(err, errdefs.ErrInvalid) {
+					t.Errorf("%s: %v, want an invalid error naming %s", ref, err, path)
+				}
+				if sbs, _ := e.st.ListSandboxes(t.Context(), store.SandboxFilter{WorkspaceID: w.ID}); len(sbs) != 0 {
+					for _, sb := range sbs {
+						if sb.State == string(sandbox.StateRunning) {
+							t.Errorf("%s: a sandbox is running: %+v", ref, sb)
+						}
+					}
+				}
+			}
+			if err := exec.Command("docker", "image", "inspect", imgs.corruptID).Run(); err == nil {
+				t.Errorf("the corrupt image is in the engine")
+			}
+			if _, err := os.Stat(filepath.Join(image.DefaultCache, strings.TrimPrefix(imgs.corruptID, "sha256:"))); err == nil {
+				t.Errorf("the corrupt image is in the cache")
 			}
 		})
 		t.Run("other-uid", func(t *testing.T) {

@@ -109,6 +109,22 @@ func TestPathImages(t *testing.T) {
 			if len(recs) != 1 || recs[0].Ref != ref || recs[0].ID != id || !slices.Equal(recs[0].Backends, []string{"local"}) {
 				t.Errorf("path records %+v", recs)
 			}
+			list, err := ListRunnable(t.Context(), t.TempDir(), cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var listed bool
+			for _, r := range list {
+				if r.Name == ref {
+					listed = true
+					if r.ID != id || !r.LocalUnpacked || r.Rootfs != u.Rootfs || !slices.Equal(r.Backends, []string{"docker", "gvisor", "local"}) {
+						t.Errorf("image ls: %+v", r)
+					}
+				}
+			}
+			if !listed {
+				t.Errorf("image ls does not list %s", ref)
+			}
 		})
 	}
 
