@@ -35,6 +35,8 @@ type pathImages struct {
 	// corrupt is an OCI layout whose one layer does not match its digest;
 	// corruptID its image id.
 	corrupt, corruptID string
+	// ghost's USER is a name its passwd lacks.
+	ghost string
 	// mark is the content of /opt/wd/marker in both.
 	mark string
 }
@@ -96,6 +98,7 @@ func makePathImages(t *testing.T) pathImages {
 		}
 	}
 	p.corrupt = "oci:" + corrupt
+	p.ghost = mk("ghost", "ghost", "", "", "")
 	p.otherUID = mk("other", "other:other", "/workspace", "other:x:2001:2001::/home/other:/bin/sh\n", "other:x:2001:\n")
 	return p
 }
@@ -163,6 +166,13 @@ func TestPathImagesAndUser(t *testing.T) {
 			}
 		})
 		t.Run("bad", func(t *testing.T) {
+			w, err := e.m.CreateWorkspace(t.Context(), manager.CreateRequest{Repo: e.repo.ID, Task: "ghost user"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.m.CreateSandbox(t.Context(), w.ID, sandbox.Spec{Image: imgs.ghost}); err == nil || !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), `no user "ghost" in the image's /etc/passwd`) {
+				t.Errorf("an image whose USER its passwd lacks: %v", err)
+			}
 			for _, ref := range []string{imgs.corrupt, "oci:" + filepath.Join(t.TempDir(), "missing"), "docker-archive:" + imgs.layout} {
 				w, err := e.m.CreateWorkspace(t.Context(), manager.CreateRequest{Repo: e.repo.ID, Task: "bad path image"})
 				if err != nil {

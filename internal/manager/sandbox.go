@@ -182,8 +182,10 @@ type imageRun struct {
 
 // imageEnv reads what a sandbox's image gives each command, as its
 // backend reads the image; files is the host path of the workspace's
-// files. An image whose config cannot be read gives nothing (a warning):
-// its commands still get the default PATH, HOME and directory.
+// files. A bad image (ErrInvalid: a USER its own passwd lacks, a corrupt
+// image named by path) is an error, which refuses the sandbox; an image
+// whose config cannot be read otherwise gives nothing (a warning): its
+// commands still get the default PATH, HOME and directory.
 //
 // A sandbox never runs a command as root or as another uid than the
 // sandbox user's (Config.UID, which owns the workspace's files), on any
@@ -193,19 +195,24 @@ type imageRun struct {
 // when that home is one commands can write (see writableHome); when its
 // uid is not the sandbox user's, that is logged, and the uid stays the
 // sandbox user's: a command as another uid could not write the workspace.
-func (m *Manager) imageEnv(ctx context.Context, spec sandbox.Spec, files string) imageRun {
+func (m *Manager) imageEnv(ctx context.Context, spec sandbox.Spec, files string) (imageRun, error) {
 	be, err := m.backend(spec.Backend)
 	if err != nil {
-		return imageRun{}
+		return imageRun{}, nil
 	}
 	in, ok := be.(sandbox.ImageInspector)
 	if !ok {
-		return imageRun{}
+		return imageRun{}, nil
 	}
 	cfg, err := in.ImageConfig(ctx, spec.Image)
+	if errors.Is(err, errdefs.ErrInvalid) {
+		// A bad image (a USER its passwd lacks, a corrupt path image):
+		// the engine would not run it either.
+		return imageRun{}, err
+	}
 	if err != nil {
 		m.log.WarnContext(ctx, "reading the image's config: commands get the default PATH, HOME and directory", "backend", spec.Backend, "image", spec.Image, "err", err)
-		return imageRun{}
+		return imageRun{}, nil
 	}
 	var env envList
 	for _, e := range cfg.Env {
@@ -231,7 +238,7 @@ func (m *Manager) imageEnv(ctx context.Context, spec sandbox.Spec, files string)
 	if wd := cfg.WorkingDir; wd != "" && path.IsAbs(wd) {
 		run.workdir = path.Clean(wd)
 	}
-	return run
+	return run, nil
 }
 
 // writableHome reports whether a command can use home as HOME: the root
@@ -398,6 +405,10 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	if err := diskFits(spec, w); err != nil {
 		return store.Sandbox{}, err
 	}
+	img, err := m.imageEnv(ctx, spec, m.FilesPath(w))
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("sandbox image %s: %w", spec.Image, err)
+	}
 	if m.cfg.GuestBinary == "" {
 		return store.Sandbox{}, fmt.Errorf("no agentbox-guest binary configured: %w", errdefs.ErrUnavailable)
 	}
@@ -517,7 +528,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 		return sb, err
 	}
 	undo.release()
-	lv := &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, task: w.Task, placeholders: placeholders, imageEnv: m.imageEnv(ctx, spec, m.FilesPath(w))}
+	lv := &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, task: w.Task, placeholders: placeholders, imageEnv: img}
 	m.armLifetime(lv, sb.ID)
 	m.liveMu.Lock()
 	m.live[sb.ID] = lv
