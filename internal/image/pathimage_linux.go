@@ -89,7 +89,10 @@ func UnpackPath(ctx context.Context, ref, cacheDir string) (Unpacked, error) {
 	if err := os.WriteFile(filepath.Join(tmp, unpackedFile), b, 0o644); err != nil {
 		return Unpacked{}, fmt.Errorf("unpacking image %s: %w", r, err)
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	// Root only: an image's setuid files must not be a way up for the
+	// host's other users. Sandboxes reach the root file system through
+	// the local backend's stage, bound as root.
+	if err := os.Chmod(tmp, 0o700); err != nil {
 		return Unpacked{}, fmt.Errorf("unpacking image %s: %w", r, err)
 	}
 	final := filepath.Join(cacheDir, hexID)

@@ -124,7 +124,10 @@ func Unpack(ctx context.Context, name, cacheDir string) (Unpacked, error) {
 	if err := os.WriteFile(filepath.Join(tmp, unpackedFile), b, 0o644); err != nil {
 		return fail(err)
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	// Root only: an image's setuid files must not be a way up for the
+	// host's other users. Sandboxes reach the root file system through
+	// the local backend's stage, bound as root.
+	if err := os.Chmod(tmp, 0o700); err != nil {
 		return fail(err)
 	}
 	final := filepath.Join(cacheDir, hexID)

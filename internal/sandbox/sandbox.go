@@ -76,8 +76,10 @@ var DefaultLimits = Limits{CPUs: 1, MemoryBytes: 1 << 30, Pids: 512, TmpBytes: 2
 type Spec struct {
 	// Backend is "docker", "gvisor" or "local".
 	Backend string `json:"backend"`
-	// Image is an image name in the engine (docker, gvisor) or the name of
-	// an unpacked root file system (local).
+	// Image is an image name in the engine (any backend; local unpacks it),
+	// the name of a root file system `image build` unpacked (local), or an
+	// image named by a path on the daemon's host: oci:DIR[:TAG],
+	// oci-archive:FILE[:TAG] or docker-archive:FILE[:NAME:TAG] (any backend).
 	Image string `json:"image"`
 	// Limits are the hard limits; zero fields take DefaultLimits.
 	Limits Limits `json:"limits"`

@@ -57,9 +57,23 @@ func TestCollectImages(t *testing.T) {
 		t.Fatalf("docker build: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", name).Run() })
-	gone, err := image.Unpack(ctx, name, cache)
-	if err != nil {
+	// A sandbox from it first: the engine's image unpacked on first use,
+	// into an entry only root can enter, which the stage still binds.
+	y := startBox(t, b, sandbox.Spec{Image: name})
+	if got := strings.TrimSpace(y.mustSh(t, "echo engine")); got != "engine" {
+		t.Fatalf("the engine image's sandbox says %q", got)
+	}
+	y.conn.Close()
+	y.conn = nil
+	if err := b.Remove(context.Background(), y.id); err != nil {
 		t.Fatal(err)
+	}
+	gone, ok := image.CachedID(cache, imageIDOf(t, name))
+	if !ok {
+		t.Fatalf("%s is not in the cache after a sandbox ran from it", name)
+	}
+	if fi, err := os.Stat(filepath.Dir(gone.Rootfs)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("cache entry %s: %v %v, want mode 0700", filepath.Dir(gone.Rootfs), fi.Mode(), err)
 	}
 	kept, err := image.Unpack(ctx, "agentbox/busybox:latest", cache)
 	if err != nil {
@@ -142,4 +156,13 @@ func layersOf(t *testing.T, archive string) [][]byte {
 		out = append(out, data)
 	}
 	return out
+}
+
+func imageIDOf(t *testing.T, name string) string {
+	t.Helper()
+	out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", name).Output()
+	if err != nil {
+		t.Fatalf("docker image inspect %s: %v", name, err)
+	}
+	return strings.TrimSpace(string(out))
 }
