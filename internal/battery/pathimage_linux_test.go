@@ -51,6 +51,12 @@ func makePathImages(t *testing.T) pathImages {
 	p.ociArchive = filepath.Join(dir, "oci.tar")
 	imagetest.TarDir(t, layout, p.ociArchive)
 	p.layout = layout
+	// The backends record what they ran in the machine-wide cache.
+	t.Cleanup(func() {
+		for _, ref := range []string{"docker-archive:" + p.archive, "oci:" + layout + ":v1", "oci-archive:" + p.ociArchive, p.sameUID, p.otherUID, p.ghost, p.corrupt} {
+			image.ForgetPath(image.DefaultCache, ref)
+		}
+	})
 
 	passwd, err := exec.Command("docker", "run", "--rm", "--network", "none", testImage, "cat", "/etc/passwd").Output()
 	if err != nil {

@@ -175,7 +175,7 @@ func CollectCache(ctx context.Context, cacheDir string, dryRun bool) ([]CacheIte
 	}
 	for _, r := range PathRecords(cacheDir) {
 		if id, _, err := InspectPath(r.Ref); (err != nil || id != r.ID) && !dryRun {
-			forgetPath(cacheDir, r.Ref)
+			ForgetPath(cacheDir, r.Ref)
 		}
 	}
 	return out, nil

@@ -105,6 +105,9 @@ func ListRunnable(ctx context.Context, dataDir, cacheDir string) ([]Runnable, er
 	// one while its path still holds it (docker and gvisor load it into
 	// the engine on first use, local unpacks it).
 	for _, rec := range PathRecords(cacheDir) {
+		if pr, err := ParsePathRef(rec.Ref); err != nil || !exists(pr.Path) {
+			continue // gone: no image any more (the collector forgets it)
+		}
 		r := Runnable{Image: Image{Name: rec.Ref, ID: rec.ID, Created: rec.Used}, Why: map[string]string{}}
 		if u, ok := CachedID(cacheDir, rec.ID); ok {
 			r.Rootfs, r.LocalUnpacked = u.Rootfs, true
@@ -113,7 +116,7 @@ func ListRunnable(ctx context.Context, dataDir, cacheDir string) ([]Runnable, er
 		switch {
 		case err != nil:
 			for _, b := range []string{"docker", "gvisor", "local"} {
-				r.Why[b] = err.Error()
+				r.Why[b] = "the path holds no valid image now"
 			}
 		case id != rec.ID:
 			r.ID = id
@@ -158,3 +161,8 @@ func ListRunnable(ctx context.Context, dataDir, cacheDir string) ([]Runnable, er
 
 // String is a short description for errors and logs.
 func (r Runnable) String() string { return fmt.Sprintf("%s %v", r.Name, r.Backends) }
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}

@@ -85,5 +85,5 @@ func PathRecords(cacheDir string) []PathRecord {
 	return out
 }
 
-// forgetPath removes the record of ref.
-func forgetPath(cacheDir, ref string) { os.Remove(pathRecordFile(cacheDir, ref)) }
+// ForgetPath removes the record of ref.
+func ForgetPath(cacheDir, ref string) { os.Remove(pathRecordFile(cacheDir, ref)) }
