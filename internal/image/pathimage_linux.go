@@ -116,7 +116,7 @@ func extractFlat(ctx context.Context, img *pathImage, dir string) error {
 	}()
 	stderr := newTail(10)
 	cmd := exec.CommandContext(ctx, "tar", "--extract", "--file=-", "--directory="+dir,
-		"--numeric-owner", "--same-owner", "--same-permissions", "--no-overwrite-dir")
+		"--numeric-owner", "--same-owner", "--same-permissions")
 	cmd.Stdin, cmd.Stderr = pr, stderr
 	runErr := cmd.Run()
 	pr.CloseWithError(errors.New("extraction ended"))

@@ -272,6 +272,15 @@ func TestPathImageHostile(t *testing.T) {
 				}
 			}
 		}},
+		{name: "lower-dir-metadata", layers: [][]E{
+			{{Name: "d/", Type: tar.TypeDir, Mode: 0o1777}, {Name: "d/old", Body: "lower"}},
+			{{Name: "d/new", Body: "upper"}},
+		}, check: func(t *testing.T, rootfs string) {
+			// The upper layer names no entry for d: the lower one's mode shows.
+			if fi, err := os.Stat(filepath.Join(rootfs, "d")); err != nil || fi.Mode()&os.ModePerm != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+				t.Errorf("d: %v %v, want drwxrwxrwt", fi.Mode(), err)
+			}
+		}},
 		{name: "huge", layers: [][]E{{{Name: "big", Size: 3 << 20}}}, err: "bytes uncompressed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
