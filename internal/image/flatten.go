@@ -178,7 +178,7 @@ func cleanEntryName(name string) (string, error) {
 // shadowed reports whether p does not show: written already, removed by
 // an upper whiteout, or below something that is not a directory.
 func (f *flattener) shadowed(p string) bool {
-	if f.seen[p] || f.hidden[p] {
+	if f.seen[p] || f.hidden[p] || f.opaque["."] {
 		return true
 	}
 	for a := path.Dir(p); a != "."; a = path.Dir(a) {

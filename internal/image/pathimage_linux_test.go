@@ -272,6 +272,15 @@ func TestPathImageHostile(t *testing.T) {
 				}
 			}
 		}},
+		{name: "opaque-root", layers: [][]E{
+			{{Name: "old", Body: "lower"}, {Name: "dir/", Type: tar.TypeDir}, {Name: "dir/old", Body: "lower"}},
+			{{Name: ".wh..wh..opq"}, {Name: "new", Body: "upper"}},
+		}, check: func(t *testing.T, rootfs string) {
+			ents, _ := os.ReadDir(rootfs)
+			if len(ents) != 1 || ents[0].Name() != "new" {
+				t.Errorf("root holds %v, want only new", ents)
+			}
+		}},
 		{name: "lower-dir-metadata", layers: [][]E{
 			{{Name: "d/", Type: tar.TypeDir, Mode: 0o1777}, {Name: "d/old", Body: "lower"}},
 			{{Name: "d/new", Body: "upper"}},
