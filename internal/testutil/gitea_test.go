@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"encoding/base64"
 	"net"
 	"net/http"
 	"os"
@@ -45,6 +46,15 @@ func TestStartGitea(t *testing.T) {
 	out := Git(t, "", "-c", "http.extraHeader="+g.GitAuthHeader(), "ls-remote", url)
 	if !strings.Contains(out, "refs/heads/main") {
 		t.Errorf("ls-remote %s: %s", url, out)
+	}
+
+	// A push by token alone, whatever the user name (GitHub's convention
+	// "x-access-token", which workspace.Push uses by default).
+	src := NewRepo(t, map[string]string{"b.txt": "b\n"})
+	header := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+g.Token))
+	Git(t, src.Dir, "-c", "http.extraHeader="+header, "push", "-q", url, "main:refs/heads/by-token")
+	if out := Git(t, "", "ls-remote", url, "refs/heads/by-token"); !strings.Contains(out, "by-token") {
+		t.Errorf("the push by token made no branch: %q", out)
 	}
 
 	addr := strings.TrimPrefix(g.URL, "http://")
