@@ -160,7 +160,8 @@ type PR struct {
 	Notes []string
 }
 
-// Forge is one forge's pull request API.
+// Forge is one forge's pull request API. Implementations hold no state
+// between calls and are safe for concurrent use.
 type Forge interface {
 	// Kind is "github", "gitlab" or "gitea".
 	Kind() string
@@ -277,13 +278,35 @@ func (e *APIError) Unwrap() error {
 	return nil
 }
 
+// validRemote checks a Remote however it was made (ParseRemote, or by
+// hand from a database row): its names become API paths, so nothing in
+// them may change a path. Only GitLab has nested groups.
+func validRemote(kind string, r Remote) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%s repository %q: %s: %w", kind, r.String(), why, errdefs.ErrInvalid)
+	}
+	if !validSegment(r.Repo) {
+		return bad("not a valid repository name")
+	}
+	owner := strings.Split(r.Owner, "/")
+	if len(owner) > 1 && kind != KindGitLab {
+		return bad(kind + " has no nested owners")
+	}
+	for _, s := range owner {
+		if !validSegment(s) {
+			return bad("not a valid owner")
+		}
+	}
+	return nil
+}
+
 // validRequest checks what every forge needs of a PRRequest.
 func validRequest(kind string, r Remote, req PRRequest) error {
 	bad := func(why string) error {
 		return fmt.Errorf("%s %s: pull request: %s: %w", kind, r, why, errdefs.ErrInvalid)
 	}
-	if r.Owner == "" || r.Repo == "" {
-		return bad("no repository")
+	if err := validRemote(kind, r); err != nil {
+		return err
 	}
 	if req.Head == "" || req.Base == "" {
 		return bad("head and base branches are needed")

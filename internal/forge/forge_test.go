@@ -84,6 +84,27 @@ func TestNewRefuses(t *testing.T) {
 	}
 }
 
+func TestRemoteValidation(t *testing.T) {
+	for _, kind := range []string{KindGitHub, KindGitLab, KindGitea} {
+		f, err := New(Config{Kind: kind, Token: "t", APIURL: "http://127.0.0.1:1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := []Remote{{"h", "", "r"}, {"h", "o", ""}, {"h", "..", "r"}, {"h", "o", ".."}, {"h", "o/../x", "r"}, {"h", "o", "r?x=1"}, {"h", "o", "r/pulls"}}
+		if kind != KindGitLab {
+			bad = append(bad, Remote{"h", "a/b", "r"})
+		}
+		for _, r := range bad {
+			if _, err := f.DefaultBranch(t.Context(), r); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("%s DefaultBranch(%+v) = %v, want ErrInvalid", kind, r, err)
+			}
+			if _, err := f.OpenOrUpdatePR(t.Context(), r, PRRequest{Head: "x", Base: "main", Title: "t"}); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("%s OpenOrUpdatePR(%+v) = %v, want ErrInvalid", kind, r, err)
+			}
+		}
+	}
+}
+
 func TestRequestValidation(t *testing.T) {
 	f, err := New(Config{Kind: KindGitHub, Token: "t", APIURL: "http://127.0.0.1:1"})
 	if err != nil {

@@ -46,6 +46,9 @@ func (g *gitea) call(ctx context.Context, r Remote, method, path string, body, o
 }
 
 func (g *gitea) DefaultBranch(ctx context.Context, r Remote) (string, error) {
+	if err := validRemote(g.kind, r); err != nil {
+		return "", err
+	}
 	var repo struct {
 		DefaultBranch string `json:"default_branch"`
 		Empty         bool   `json:"empty"`

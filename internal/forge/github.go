@@ -37,6 +37,9 @@ func (g *github) call(ctx context.Context, r Remote, method, path string, body, 
 }
 
 func (g *github) DefaultBranch(ctx context.Context, r Remote) (string, error) {
+	if err := validRemote(g.kind, r); err != nil {
+		return "", err
+	}
 	var repo struct {
 		DefaultBranch string `json:"default_branch"`
 	}

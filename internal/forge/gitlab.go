@@ -40,6 +40,9 @@ func (g *gitlab) call(ctx context.Context, r Remote, method, path string, body, 
 }
 
 func (g *gitlab) DefaultBranch(ctx context.Context, r Remote) (string, error) {
+	if err := validRemote(g.kind, r); err != nil {
+		return "", err
+	}
 	var p struct {
 		DefaultBranch string `json:"default_branch"`
 	}
