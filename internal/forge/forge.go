@@ -345,6 +345,8 @@ func uniqueLabels(ls []string) []string {
 
 // prSteps are one forge's steps of OpenOrUpdatePR; openOrUpdate runs them.
 type prSteps struct {
+	// head and base name the request in errors.
+	head, base string
 	// find returns the open PR of the head branch, or nil.
 	find   func(ctx context.Context) (*PR, error)
 	create func(ctx context.Context) (PR, error)
@@ -370,6 +372,7 @@ func openOrUpdate(ctx context.Context, s prSteps) (PR, error) {
 			}
 			return pr, nil
 		}
+		err = fmt.Errorf("opening a pull request from %s into %s (are both branches pushed?): %w", s.head, s.base, err)
 		var ae *APIError
 		if !errors.As(err, &ae) || (ae.Status != http.StatusConflict && ae.Status != http.StatusUnprocessableEntity) {
 			return PR{}, err
@@ -382,7 +385,7 @@ func openOrUpdate(ctx context.Context, s prSteps) (PR, error) {
 	}
 	pr, err := s.update(ctx, existing.Number)
 	if err != nil {
-		return PR{}, err
+		return PR{}, fmt.Errorf("updating pull request %d from %s into %s: %w", existing.Number, s.head, s.base, err)
 	}
 	pr.Updated = true
 	if s.addLabels != nil {

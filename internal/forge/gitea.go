@@ -87,6 +87,7 @@ func (g *gitea) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (PR
 	labels := uniqueLabels(req.Labels)
 	pulls := "/repos/" + r.String() + "/pulls"
 	return openOrUpdate(ctx, prSteps{
+		head: req.Head, base: req.Base,
 		find: func(ctx context.Context) (*PR, error) {
 			// The list cannot filter by head branch: walk the open ones.
 			var found *PR

@@ -193,6 +193,7 @@ func TestGiteaReal(t *testing.T) {
 
 	t.Run("UnknownBranch", func(t *testing.T) {
 		_, err := f.OpenOrUpdatePR(ctx, r, PRRequest{Head: "not-pushed", Base: "main", Title: "x"})
+		t.Logf("error: %v", err)
 		if err == nil || !strings.Contains(err.Error(), "gitea "+r.String()) {
 			t.Errorf("PR from a branch never pushed: %v; want an error naming the repo", err)
 		}

@@ -74,6 +74,7 @@ func (g *github) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (P
 	labels := uniqueLabels(req.Labels)
 	pulls := "/repos/" + r.String() + "/pulls"
 	return openOrUpdate(ctx, prSteps{
+		head: req.Head, base: req.Base,
 		find: func(ctx context.Context) (*PR, error) {
 			// head is "owner:branch": the branch is pushed to the same repository.
 			q := url.Values{"head": {r.Owner + ":" + req.Head}, "state": {"open"}, "per_page": {"100"}}

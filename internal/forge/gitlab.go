@@ -81,6 +81,7 @@ func (g *gitlab) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (P
 	}
 	mrs := g.project(r) + "/merge_requests"
 	return openOrUpdate(ctx, prSteps{
+		head: req.Head, base: req.Base,
 		find: func(ctx context.Context) (*PR, error) {
 			q := url.Values{"state": {"opened"}, "source_branch": {req.Head}, "per_page": {"100"}}
 			var list []gitlabMR
