@@ -17,9 +17,6 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// workspaceDir is where every sandbox mounts its workspace.
-const workspaceDir = "/workspace"
-
 // target is the agentbox side of the E2B sandbox an envd request names.
 // It carries the same fields as envdfs.Target.
 type target struct {
@@ -101,21 +98,16 @@ func checkUser(rec record, user string) error {
 }
 
 // workdir is the working directory of a command: the home by default, a
-// relative path under it; the home stands for the workspace, so a path
-// in it is the same path under /workspace (an image built for E2B links
-// the home there as well).
+// relative path under it. The home is the workspace (an image built for
+// E2B links /home/user to /workspace), so E2B code finds its files there.
 func (t target) workdir(cwd string) string {
 	if cwd == "" {
-		cwd = t.Home
+		return t.Home
 	}
 	if !path.IsAbs(cwd) {
 		cwd = path.Join(t.Home, cwd)
 	}
-	cwd = path.Clean(cwd)
-	if t.Home != workspaceDir && t.Home != "/" && (cwd == t.Home || strings.HasPrefix(cwd, t.Home+"/")) {
-		cwd = workspaceDir + strings.TrimPrefix(cwd, t.Home)
-	}
-	return cwd
+	return path.Clean(cwd)
 }
 
 func (s *Server) envdMux() *http.ServeMux {
