@@ -168,6 +168,11 @@ func command(ctx context.Context, t target, cfg *processpb.ProcessConfig) (apity
 		}
 		req.Env = append(req.Env, k+"="+cfg.GetEnvs()[k])
 	}
+	if _, ok := cfg.GetEnvs()["PWD"]; !ok {
+		// A shell shows the directory by this name (the home, not the
+		// /workspace it links to) when it is the same directory.
+		req.Env = append(req.Env, "PWD="+req.Workdir)
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		d := time.Until(dl)
 		if d <= 0 {
