@@ -54,8 +54,17 @@ func (s *Server) resolve(ctx context.Context, h http.Header, username string) (t
 	if err := checkUser(rec, username); err != nil {
 		return target{}, err
 	}
-	t := target{ID: id, WorkspaceID: id, User: rec.User, Home: rec.Home}
-	if sbs, err := s.m.ListSandboxes(ctx, id); err == nil {
+	return target{ID: id, WorkspaceID: id, User: rec.User, Home: rec.Home}, nil
+}
+
+// resolveRequest is resolve for an HTTP request (the envdfs Resolver),
+// naming the workspace's running sandbox too.
+func (s *Server) resolveRequest(r *http.Request) (target, error) {
+	t, err := s.resolve(r.Context(), r.Header, r.URL.Query().Get("username"))
+	if err != nil {
+		return t, err
+	}
+	if sbs, err := s.m.ListSandboxes(r.Context(), t.WorkspaceID); err == nil {
 		for _, sb := range sbs {
 			if sb.State == string(sandbox.StateRunning) {
 				t.SandboxID = sb.ID
@@ -63,11 +72,6 @@ func (s *Server) resolve(ctx context.Context, h http.Header, username string) (t
 		}
 	}
 	return t, nil
-}
-
-// resolveRequest is resolve for an HTTP request (the envdfs Resolver).
-func (s *Server) resolveRequest(r *http.Request) (target, error) {
-	return s.resolve(r.Context(), r.Header, r.URL.Query().Get("username"))
 }
 
 // basicUser is the user of an "Authorization: Basic base64(user:)"

@@ -112,7 +112,7 @@ func (r *registry) path(id string) string { return filepath.Join(r.dir, id+".jso
 
 // save writes rec whole: to a temporary file, then renamed into place.
 func (r *registry) save(rec *record) error {
-	b, err := json.MarshalIndent(rec, "", "  ")
+	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
