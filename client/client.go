@@ -387,10 +387,20 @@ type Author = apitypes.Author
 type CommitResult = apitypes.CommitResult
 
 // Commit records every change as one commit on the workspace's branch.
+// A diff that fails the check is refused (see CommitWith).
 func (c *Client) Commit(ctx context.Context, id, message string, author *Author) (CommitResult, error) {
+	return c.CommitWith(ctx, id, apitypes.CommitRequest{Message: message, Author: author})
+}
+
+// CommitRequest asks for a commit; see apitypes.CommitRequest.
+type CommitRequest = apitypes.CommitRequest
+
+// CommitWith records every change as one commit, as req says: a diff that
+// fails the check (paths outside the writable paths, secrets) is refused
+// with a conflict naming each finding, unless req.Force.
+func (c *Client) CommitWith(ctx context.Context, id string, req CommitRequest) (CommitResult, error) {
 	var r CommitResult
-	body := apitypes.CommitRequest{Message: message, Author: author}
-	return r, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/commit", body: body}, &r)
+	return r, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/commit", body: req}, &r)
 }
 
 // ForkWorkspace copies a workspace onto a new branch.
@@ -406,6 +416,18 @@ type Fork = apitypes.ForkRequest
 func (c *Client) Fork(ctx context.Context, id string, req Fork) (Workspace, error) {
 	var w Workspace
 	return w, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/fork", body: req}, &w)
+}
+
+// Forks asks for several copies of a workspace at once.
+type Forks = apitypes.ForksRequest
+
+// ForkList names the forks made.
+type ForkList = apitypes.ForkList
+
+// ForkN makes req.Count copies of a workspace at once, all or none.
+func (c *Client) ForkN(ctx context.Context, id string, req Forks) (ForkList, error) {
+	var l ForkList
+	return l, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/forks", body: req}, &l)
 }
 
 // --- files

@@ -110,6 +110,13 @@ func TestWsDiffCheck(t *testing.T) {
 		{name: "policy without check", args: []string{"ws", "diff", ws.ID, "--policy", srcOnly}, code: 1, stderrHas: "--policy is only used with --check"},
 		{name: "paths with check", args: []string{"ws", "diff", ws.ID, "src", "--check"}, code: 1, stderrHas: "no paths"},
 		{name: "unknown workspace", args: []string{"ws", "diff", "ws_nope", "--check"}, code: 1, stderrHas: "ws_nope not found"},
+		// ws commit checks what it commits: refused, naming the finding,
+		// then made with --force, which says so.
+		{name: "commit refused", args: []string{"ws", "commit", ws.ID, "-m", "leak"}, code: 1,
+			stderrHas: "the commit is refused: its diff fails the check: src/token.go:3:16: github-token ghp_…(40 bytes); --force commits it anyway"},
+		{name: "commit forced", args: []string{"ws", "commit", ws.ID, "-m", "leak", "--force"}, stdoutHas: "leak\n",
+			stderrHas: "committed with --force despite the check: src/token.go:3:16: github-token ghp_…(40 bytes)"},
+		{name: "commit clean", args: []string{"ws", "commit", clean.ID, "-m", "nothing"}, code: 1, stderrHas: "nothing to commit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

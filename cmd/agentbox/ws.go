@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/diffcheck"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
@@ -331,10 +332,19 @@ func changeWord(status string) string {
 
 func (c *cli) wsCommitCmd() *cobra.Command {
 	var msg, name, email string
+	var force bool
 	cmd := &cobra.Command{
-		Use:   "commit WS -m MESSAGE",
+		Use:   "commit WS -m MESSAGE [--force]",
 		Short: "Commit every change on the workspace's branch",
-		Args:  cobra.ExactArgs(1),
+		Long: `Commit every change on the workspace's branch.
+
+The tree to be committed is checked first, as ws diff --check checks it
+(paths outside the writable paths of the workspace's latest sandbox policy,
+added lines that look like secrets, stored secret values): a commit that
+fails the check is refused, naming each finding (secrets redacted).
+--force commits it anyway; the event log records that it was forced and
+what was found.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client()
 			if err != nil {
@@ -344,14 +354,18 @@ func (c *cli) wsCommitCmd() *cobra.Command {
 			if name != "" || email != "" {
 				author = &client.Author{Name: name, Email: email}
 			}
-			r, err := cl.Commit(cmd.Context(), args[0], msg, author)
+			r, err := cl.CommitWith(cmd.Context(), args[0], client.CommitRequest{Message: msg, Author: author, Force: force})
 			if err != nil {
 				return err
+			}
+			if r.Forced && !c.json {
+				fmt.Fprintf(c.stderr, "agentbox: %s: committed with --force despite the check: %s\n", r.ID, diffcheck.Summary(*r.Findings, 20))
 			}
 			return c.emit(r, func(w io.Writer) { fmt.Fprintf(w, "[%s %s] %s\n", r.Branch, short(r.Commit), firstLine(msg)) })
 		},
 	}
 	cmd.Flags().StringVarP(&msg, "message", "m", "", "commit message (required)")
+	cmd.Flags().BoolVar(&force, "force", false, "commit a diff that fails the check (recorded in the event log)")
 	cmd.Flags().StringVar(&name, "author-name", "", "author name (default: the daemon's)")
 	cmd.Flags().StringVar(&email, "author-email", "", "author email (default: the daemon's)")
 	cmd.MarkFlagRequired("message")
@@ -370,10 +384,15 @@ func firstLine(s string) string {
 func (c *cli) wsForkCmd() *cobra.Command {
 	var req client.Fork
 	var disk string
+	var n int
 	cmd := &cobra.Command{
-		Use:   "fork WS [--branch NAME] [--task LABEL] [--disk SIZE]",
+		Use:   "fork WS [-n N] [--branch NAME] [--task LABEL] [--disk SIZE]",
 		Short: "Fork a workspace (copies only its own changes) for a parallel attempt",
-		Args:  cobra.ExactArgs(1),
+		Long: `Fork a workspace (copies only its own changes) for a parallel attempt.
+
+-n N makes N forks at once (1 to 16), all or none; with --branch, fork i is
+on BRANCH-i. With -n, --json prints {"parent": WS, "forks": [...]}.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			if req.Disk, err = sizeFlag("disk", disk); err != nil {
 				return err
@@ -381,6 +400,17 @@ func (c *cli) wsForkCmd() *cobra.Command {
 			cl, err := c.client()
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("n") {
+				l, err := cl.ForkN(cmd.Context(), args[0], client.Forks{ForkRequest: req, Count: n})
+				if err != nil {
+					return err
+				}
+				return c.emit(l, func(w io.Writer) {
+					for _, ws := range l.Forks {
+						fmt.Fprintf(w, "forked %s from %s on branch %s\n%s\n", ws.ID, args[0], ws.Branch, ws.Path)
+					}
+				})
 			}
 			ws, err := cl.Fork(cmd.Context(), args[0], req)
 			if err != nil {
@@ -391,6 +421,7 @@ func (c *cli) wsForkCmd() *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().IntVarP(&n, "n", "n", 1, "how many forks to make at once (1 to 16), all or none")
 	cmd.Flags().StringVar(&req.Branch, "branch", "", "the fork's branch (default agentbox/<id>)")
 	cmd.Flags().StringVar(&req.Task, "task", "", "task label (default: the parent's)")
 	cmd.Flags().StringVar(&disk, "disk", "", "the fork's disk quota (default: the parent's)")

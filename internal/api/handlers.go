@@ -296,7 +296,7 @@ func (s *Server) commit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := s.m.Commit(r.Context(), r.PathValue("id"), req.Message, req.Author)
+	res, err := s.m.CommitWith(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -318,6 +318,25 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.view(ws))
+}
+
+func (s *Server) forks(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.ForksRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	wss, err := s.m.ForkWorkspaces(r.Context(), id, req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := apitypes.ForkList{Parent: id, Forks: make([]apitypes.Workspace, len(wss))}
+	for i, ws := range wss {
+		out.Forks[i] = s.view(ws)
+	}
+	writeJSON(w, http.StatusCreated, out)
 }
 
 // --- events
