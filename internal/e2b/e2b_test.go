@@ -162,10 +162,11 @@ func TestEnvdErrors(t *testing.T) {
 func TestRegistryReload(t *testing.T) {
 	dir := t.TempDir()
 	expired := make(chan string, 4)
-	r, err := newRegistry(dir, func(id string) { expired <- id })
+	r, err := newRegistry(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.start(func(id string) { expired <- id })
 	now := time.Now().UTC().Truncate(time.Second)
 	want := record{ID: "ws_aaaaaaaaaaaa", TemplateID: "base", Metadata: map[string]string{"k": "v"}, EnvdToken: "t",
 		SpecJSON: json.RawMessage(`{"backend":"docker"}`), User: "user", Home: "/home/user", State: stateRunning, StartedAt: now, EndAt: now.Add(time.Hour)}
@@ -178,10 +179,11 @@ func TestRegistryReload(t *testing.T) {
 	if err := r.save(&ended); err != nil {
 		t.Fatal(err)
 	}
-	r2, err := newRegistry(dir, func(id string) { expired <- id })
+	r2, err := newRegistry(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	r2.start(func(id string) { expired <- id })
 	defer r2.close()
 	got, err := r2.get(want.ID)
 	if err != nil {

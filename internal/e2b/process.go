@@ -24,8 +24,8 @@ import (
 
 // processService is envd's process service over the manager's background
 // processes: every command the SDK starts (commands.run, background or
-// not) is an agentbox background process, whose output the daemon keeps
-// in a ring per stream, so that a command outlives its stream and
+// not, and pty.create, on a terminal) is an agentbox background process,
+// whose output the daemon keeps in a ring per stream, so that a command outlives its stream and
 // Connect can follow it again.
 //
 // Timeouts are E2B's: the Start stream's deadline (the SDK's timeoutMs,
@@ -41,10 +41,11 @@ type proc struct {
 	pid uint32
 	tag string
 	cfg *processpb.ProcessConfig
-	// execID names a background process of the manager; pty a terminal
-	// session instead.
+	// execID names the manager's background process.
 	execID string
-	pty    *ptyProc
+	// tty says it runs on a terminal (the SDK's pty): its output is all
+	// the terminal's, its input typed into it.
+	tty bool
 }
 
 // procTable holds the commands of each E2B sandbox, in memory: a
@@ -52,16 +53,10 @@ type proc struct {
 type procTable struct {
 	mu   sync.Mutex
 	byID map[string]map[uint32]*proc
-	// nextPTY numbers terminals: the guest reports no pid of a terminal
-	// session, so the SDK gets one from a range real pids never reach
-	// (pid_max is at most 2^22).
-	nextPTY uint32
 }
 
-const ptyPidBase = 1 << 30
-
 func newProcTable() *procTable {
-	return &procTable{byID: map[string]map[uint32]*proc{}, nextPTY: ptyPidBase}
+	return &procTable{byID: map[string]map[uint32]*proc{}}
 }
 
 func (t *procTable) add(id string, p *proc) {
@@ -73,30 +68,17 @@ func (t *procTable) add(id string, p *proc) {
 	t.byID[id][p.pid] = p
 }
 
-func (t *procTable) ptyPid() uint32 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.nextPTY++
-	return t.nextPTY
-}
-
 func (t *procTable) drop(id string, pid uint32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.byID[id], pid)
 }
 
-// forget drops a sandbox's commands, closing its terminals.
+// forget drops a sandbox's commands (they end with its sandbox).
 func (t *procTable) forget(id string) {
 	t.mu.Lock()
-	ps := t.byID[id]
+	defer t.mu.Unlock()
 	delete(t.byID, id)
-	t.mu.Unlock()
-	for _, p := range ps {
-		if p.pty != nil {
-			go p.pty.sess.Close()
-		}
-	}
 }
 
 func (t *procTable) all(id string) []*proc {
@@ -132,13 +114,6 @@ func (ps *processService) running(ctx context.Context, t target, sel *processpb.
 	p, err := ps.s.procs.find(t.ID, sel)
 	if err != nil {
 		return nil, err
-	}
-	if p.pty != nil {
-		if p.pty.ended() {
-			ps.s.procs.drop(t.ID, p.pid)
-			return nil, fmt.Errorf("process with pid %d %w in sandbox %s (it ended)", p.pid, errdefs.ErrNotFound, t.ID)
-		}
-		return p, nil
 	}
 	v, err := ps.s.m.GetProcess(ctx, t.WorkspaceID, p.execID)
 	if err == nil && v.State != "running" {
@@ -194,25 +169,32 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 		return connectError(err)
 	}
 	send := func(ev *processpb.ProcessEvent) error { return stream.Send(&processpb.StartResponse{Event: ev}) }
-	if msg.Pty != nil {
-		return ps.startPTY(ctx, t, msg, ereq, req.Header(), send)
+	tty := msg.Pty != nil
+	if tty {
+		// The SDK's pty: a terminal of the size asked for (80x24 when it
+		// names none), its input open for typing.
+		size := msg.GetPty().GetSize()
+		ereq.TTY, ereq.Cols, ereq.Rows = true, int(size.GetCols()), int(size.GetRows())
+		if ereq.Cols == 0 || ereq.Rows == 0 {
+			ereq.Cols, ereq.Rows = 80, 24
+		}
 	}
 	v, err := ps.s.m.StartProcess(ctx, t.WorkspaceID, ereq)
 	if err != nil {
 		return connectError(err)
 	}
-	if !msg.GetStdin() {
+	if !tty && !msg.GetStdin() {
 		// The SDK's default: the command reads end of file.
 		if _, err := ps.s.m.WriteProcessStdin(ctx, t.WorkspaceID, v.ID, apitypes.ProcessStdin{Close: true}); err != nil && !errors.Is(err, errdefs.ErrConflict) {
 			return connectError(err)
 		}
 	}
-	p := &proc{pid: uint32(v.Pid), tag: msg.GetTag(), cfg: msg.GetProcess(), execID: v.ID}
+	p := &proc{pid: uint32(v.Pid), tag: msg.GetTag(), cfg: msg.GetProcess(), execID: v.ID, tty: tty}
 	ps.s.procs.add(t.ID, p)
 	if err := send(startEvent(p.pid)); err != nil {
 		return err
 	}
-	return ps.follow(ctx, t, p.execID, 0, 0, req.Header(), send)
+	return ps.follow(ctx, t, p, 0, 0, req.Header(), send)
 }
 
 func (ps *processService) Connect(ctx context.Context, req *connect.Request[processpb.ConnectRequest], stream *connect.ServerStream[processpb.ConnectResponse]) error {
@@ -225,12 +207,6 @@ func (ps *processService) Connect(ctx context.Context, req *connect.Request[proc
 		return connectError(err)
 	}
 	send := func(ev *processpb.ProcessEvent) error { return stream.Send(&processpb.ConnectResponse{Event: ev}) }
-	if p.pty != nil {
-		if err := send(startEvent(p.pid)); err != nil {
-			return err
-		}
-		return p.pty.follow(ctx, keepalive(req.Header()), send)
-	}
 	// From now on, as envd: what the command wrote before is not sent
 	// again.
 	v, err := ps.s.m.GetProcess(ctx, t.WorkspaceID, p.execID)
@@ -240,7 +216,7 @@ func (ps *processService) Connect(ctx context.Context, req *connect.Request[proc
 	if err := send(startEvent(p.pid)); err != nil {
 		return err
 	}
-	return ps.follow(ctx, t, p.execID, v.StdoutBytes, v.StderrBytes, req.Header(), send)
+	return ps.follow(ctx, t, p, v.StdoutBytes, v.StderrBytes, req.Header(), send)
 }
 
 // keepalive is the interval the SDK asks for (Keepalive-Ping-Interval,
@@ -306,9 +282,10 @@ func endEvent(exitCode, signal int, state, reason string) *processpb.ProcessEven
 }
 
 // follow streams a background process's stdout and stderr from the given
-// offsets as data events, then its end, with keepalives between as the
-// SDK asked.
-func (ps *processService) follow(ctx context.Context, t target, execID string, outOff, errOff int64, h http.Header, send func(*processpb.ProcessEvent) error) error {
+// offsets as data events (a terminal's as pty events: it has no stderr),
+// then its end, with keepalives between as the SDK asked.
+func (ps *processService) follow(ctx context.Context, t target, p *proc, outOff, errOff int64, h http.Header, send func(*processpb.ProcessEvent) error) error {
+	execID := p.execID
 	var mu sync.Mutex
 	locked := func(ev *processpb.ProcessEvent) error {
 		mu.Lock()
@@ -332,7 +309,11 @@ func (ps *processService) follow(ctx context.Context, t target, execID string, o
 					}
 				}
 				if len(b) > 0 {
-					if err := locked(dataEvent(st.name, b)); err != nil {
+					kind := st.name
+					if p.tty {
+						kind = "pty"
+					}
+					if err := locked(dataEvent(kind, b)); err != nil {
 						return err
 					}
 				}
@@ -414,16 +395,16 @@ func (ps *processService) input(ctx context.Context, t target, sel *processpb.Pr
 	}
 	switch v := in.GetInput().(type) {
 	case *processpb.ProcessInput_Stdin:
-		if p.pty != nil {
+		if p.tty {
 			return errdefs.Invalid("process %d runs on a terminal: send pty input", p.pid)
 		}
 		_, err := ps.s.m.WriteProcessStdin(ctx, t.WorkspaceID, p.execID, apitypes.ProcessStdin{DataB64: base64.StdEncoding.EncodeToString(v.Stdin)})
 		return err
 	case *processpb.ProcessInput_Pty:
-		if p.pty == nil {
+		if !p.tty {
 			return errdefs.Invalid("process %d has no terminal: send stdin", p.pid)
 		}
-		_, err := p.pty.sess.Write(v.Pty)
+		_, err := ps.s.m.WriteProcessStdin(ctx, t.WorkspaceID, p.execID, apitypes.ProcessStdin{DataB64: base64.StdEncoding.EncodeToString(v.Pty)})
 		return err
 	}
 	return errdefs.Invalid("input: give stdin or pty bytes")
@@ -472,10 +453,7 @@ func (ps *processService) SendSignal(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return nil, connectError(err)
 	}
-	if p.pty != nil {
-		// A terminal session ends whole: its tree is killed.
-		p.pty.sess.Close()
-	} else if _, err := ps.s.m.SignalProcess(ctx, t.WorkspaceID, p.execID, apitypes.ProcessSignal{Signal: sig}); err != nil {
+	if _, err := ps.s.m.SignalProcess(ctx, t.WorkspaceID, p.execID, apitypes.ProcessSignal{Signal: sig}); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&processpb.SendSignalResponse{}), nil
@@ -490,7 +468,7 @@ func (ps *processService) CloseStdin(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return nil, connectError(err)
 	}
-	if p.pty != nil {
+	if p.tty {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("process %d runs on a terminal, which has no stdin to close (send ^D)", p.pid))
 	}
 	if _, err := ps.s.m.WriteProcessStdin(ctx, t.WorkspaceID, p.execID, apitypes.ProcessStdin{Close: true}); err != nil && !errors.Is(err, errdefs.ErrConflict) {
@@ -512,13 +490,13 @@ func (ps *processService) Update(ctx context.Context, req *connect.Request[proce
 	if size == nil {
 		return connect.NewResponse(&processpb.UpdateResponse{}), nil
 	}
-	if p.pty == nil {
+	if !p.tty {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("process %d has no terminal to resize", p.pid))
 	}
-	if size.GetCols() == 0 || size.GetRows() == 0 || size.GetCols() > 65535 || size.GetRows() > 65535 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("terminal size %dx%d: columns and rows must be in 1..65535", size.GetCols(), size.GetRows()))
+	if size.GetCols() > 1<<16 || size.GetRows() > 1<<16 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("terminal size %dx%d is too large", size.GetCols(), size.GetRows()))
 	}
-	if err := p.pty.sess.Resize(uint16(size.GetRows()), uint16(size.GetCols())); err != nil {
+	if _, err := ps.s.m.ResizeProcess(ctx, t.WorkspaceID, p.execID, int(size.GetCols()), int(size.GetRows())); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&processpb.UpdateResponse{}), nil

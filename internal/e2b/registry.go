@@ -69,11 +69,12 @@ type registry struct {
 	expire func(id string)
 }
 
-func newRegistry(dir string, expire func(string)) (*registry, error) {
+// newRegistry loads the records in dir. Their timers start with start.
+func newRegistry(dir string) (*registry, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
-	r := &registry{dir: dir, recs: map[string]*record{}, timers: map[string]*time.Timer{}, expire: expire}
+	r := &registry{dir: dir, recs: map[string]*record{}, timers: map[string]*time.Timer{}}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", dir, err)
@@ -95,10 +96,18 @@ func newRegistry(dir string, expire func(string)) (*registry, error) {
 		}
 		r.recs[rec.ID] = &rec
 	}
+	return r, nil
+}
+
+// start arms every running sandbox's timer, calling expire at its end (at
+// once for one whose end passed while the daemon was down).
+func (r *registry) start(expire func(string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.expire = expire
 	for _, rec := range r.recs {
 		r.armLocked(rec)
 	}
-	return r, nil
 }
 
 // newToken is a fresh envd access token.

@@ -84,13 +84,14 @@ func New(m *manager.Manager, opts Options) (*Server, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	reg, err := newRegistry(filepath.Join(opts.DataDir, "e2b", "sandboxes"), s.expire)
+	reg, err := newRegistry(filepath.Join(opts.DataDir, "e2b", "sandboxes"))
 	if err != nil {
 		return nil, err
 	}
 	s.reg = reg
 	s.control = s.controlMux()
 	s.envd = s.envdMux()
+	reg.start(s.expire)
 	return s, nil
 }
 

@@ -164,6 +164,13 @@ check(!(await sbx.isRunning()), 'a killed sandbox is not running')
 await rejects(Sandbox.getInfo(sbx.sandboxId), Error, 'getInfo after kill', /not found/i)
 eq((await Sandbox.list({ query: { metadata: { suite: tag } } }).nextItems()).length, 0, 'list after kill')
 
+// --- a sandbox's timeout kills it
+const short = await Sandbox.create({ timeoutMs: 2000, metadata: { suite: tag } })
+eq((await short.commands.run('echo alive')).stdout, 'alive\n', 'a short-lived sandbox runs')
+for (let i = 0; i < 100 && await short.isRunning(); i++) await sleep(100)
+check(!(await short.isRunning()), 'the timeout ended the sandbox')
+await rejects(Sandbox.getInfo(short.sandboxId), Error, 'getInfo after the timeout', /not found/i)
+
 // --- a sandbox on a cached repo: its changes are a workspace's
 const rs = await Sandbox.create({ metadata: { 'agentbox.repo': repo, suite: tag } })
 r = await rs.commands.run('cat README.md && echo "def sub(a, b):" >> calc.py && echo "    return a - b" >> calc.py')
