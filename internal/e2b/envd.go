@@ -117,7 +117,9 @@ func (t target) workdir(cwd string) string {
 func (s *Server) envdMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
-	path, h := processpbconnect.NewProcessHandler(&processService{s: s})
+	// A request is a small message; input is at most a stdin write (1 MiB)
+	// in base64 JSON.
+	path, h := processpbconnect.NewProcessHandler(&processService{s: s}, connect.WithReadMaxBytes(4<<20))
 	mux.Handle(path, h)
 	// The filesystem service and /files (package envdfs) mount here:
 	//   envdfs.Register(mux, s.m, s.fsResolver())
