@@ -380,6 +380,44 @@ func (c *Client) Diff(ctx context.Context, id string, paths ...string) (Diff, er
 	return d, c.json(ctx, request{method: "GET", path: "/v1/workspaces/" + esc(id) + "/diff", query: url.Values{"path": paths}}, &d)
 }
 
+// Patch is the workspace's result as an mbox of git format-patch
+// messages from its base: the commits agentbox made on the branch, then
+// the uncommitted change as one more (Diff.Format is "patch").
+func (c *Client) Patch(ctx context.Context, id string) (Diff, error) {
+	var d Diff
+	return d, c.json(ctx, request{method: "GET", path: "/v1/workspaces/" + esc(id) + "/diff", query: url.Values{"format": {"patch"}}}, &d)
+}
+
+// BundleInfo describes a bundle written by Bundle.
+type BundleInfo struct {
+	ID string `json:"id"`
+	// Branch is the branch in the bundle; Tip its commit; Base its
+	// prerequisite (fetch the bundle into a clone that has it).
+	Branch string `json:"branch"`
+	Tip    string `json:"tip"`
+	Base   string `json:"base_commit"`
+	Bytes  int64  `json:"bytes"`
+	// Note says what the bundle folds together, when anything.
+	Note string `json:"note,omitempty"`
+}
+
+// Bundle writes a git bundle of the workspace's branch from its base
+// commit to w.
+func (c *Client) Bundle(ctx context.Context, id string, w io.Writer) (BundleInfo, error) {
+	resp, err := c.do(ctx, request{method: "GET", path: "/v1/workspaces/" + esc(id) + "/bundle"})
+	if err != nil {
+		return BundleInfo{}, err
+	}
+	defer resp.Body.Close()
+	info := BundleInfo{ID: id, Branch: resp.Header.Get("Agentbox-Branch"), Tip: resp.Header.Get("Agentbox-Tip"),
+		Base: resp.Header.Get("Agentbox-Base"), Note: resp.Header.Get("Agentbox-Note")}
+	info.Bytes, err = io.Copy(w, resp.Body)
+	if err != nil {
+		return info, fmt.Errorf("reading the bundle of workspace %s: %w", id, err)
+	}
+	return info, nil
+}
+
 // Author is a commit identity.
 type Author = apitypes.Author
 

@@ -21,10 +21,10 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-// TestWsDiffCheck runs `agentbox ws diff --check` in process against the
-// real API over HTTP (manager, git and all), and the endpoint itself with
-// raw requests. No sandbox is started.
-func TestWsDiffCheck(t *testing.T) {
+// inProcessAPI serves the real API of a real manager (git, SQLite,
+// workspaces; no sandbox backend) over HTTP, in process.
+func inProcessAPI(t *testing.T) (*httptest.Server, *client.Client) {
+	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil || os.Geteuid() != 0 {
 		if os.Getenv("AGENTBOX_REQUIRE_SETUP") == "1" {
 			t.Fatal("AGENTBOX_REQUIRE_SETUP=1 but this needs git and root (workspace files are chowned)")
@@ -57,6 +57,14 @@ func TestWsDiffCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, cl
+}
+
+// TestWsDiffCheck runs `agentbox ws diff --check` in process against the
+// real API over HTTP (manager, git and all), and the endpoint itself with
+// raw requests. No sandbox is started.
+func TestWsDiffCheck(t *testing.T) {
+	srv, cl := inProcessAPI(t)
 	src := testutil.NewRepo(t, map[string]string{"README.md": "hi\n", "src/main.go": "package main\n"})
 	ws, err := cl.CreateWorkspace(t.Context(), client.CreateWorkspace{Repo: src.Dir})
 	if err != nil {

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -15,7 +17,7 @@ import (
 func (c *cli) wsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "ws", Aliases: []string{"workspace"}, Short: "Durable workspaces: one per task"}
 	cmd.AddCommand(c.wsCreateCmd(), c.wsLsCmd(), c.wsShowCmd(), c.wsRmCmd(), c.wsPathCmd(),
-		c.wsStatusCmd(), c.wsDiffCmd(), c.wsCommitCmd(), c.wsForkCmd())
+		c.wsStatusCmd(), c.wsDiffCmd(), c.wsCommitCmd(), c.wsForkCmd(), c.wsExportCmd())
 	return cmd
 }
 
@@ -227,9 +229,9 @@ func (c *cli) wsStatusCmd() *cobra.Command {
 
 func (c *cli) wsDiffCmd() *cobra.Command {
 	var check bool
-	var policyFile string
+	var policyFile, format string
 	cmd := &cobra.Command{
-		Use:   "diff WS [PATH...] [--check [--policy FILE]]",
+		Use:   "diff WS [PATH...] [--check [--policy FILE]] [--format unified|patch]",
 		Short: "Print the unified diff against the base commit (new and deleted files included)",
 		Long: `Print the unified diff against the base commit (new and deleted files included).
 
@@ -237,10 +239,19 @@ func (c *cli) wsDiffCmd() *cobra.Command {
 not: changed paths outside the policy's writable_paths and added lines that
 look like secrets (shown redacted), one line each, and exits 1 when there is
 any. The policy is --policy FILE (JSON or YAML, "-": stdin), or else the
-policy of the workspace's most recent sandbox.`,
+policy of the workspace's most recent sandbox.
+
+--format patch prints, instead, one mbox of git format-patch messages from
+the base commit, for git am: the commits agentbox made on the branch, then
+the uncommitted change as one more. Commits made inside the sandbox with
+its own git are folded into that last one (the host never reads the
+sandbox's object store), and a note on stderr says so.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if check {
+				if format != "unified" {
+					return errdefs.Invalid("--check checks the diff: no --format")
+				}
 				return c.wsDiffCheck(cmd, args, policyFile)
 			}
 			if policyFile != "" {
@@ -250,6 +261,23 @@ policy of the workspace's most recent sandbox.`,
 			if err != nil {
 				return err
 			}
+			switch format {
+			case "unified":
+			case "patch":
+				if len(args) > 1 {
+					return errdefs.Invalid("--format patch is of the whole workspace: no paths")
+				}
+				d, err := cl.Patch(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if d.Note != "" && !c.json {
+					fmt.Fprintf(c.stderr, "agentbox: %s: %s\n", d.ID, d.Note)
+				}
+				return c.emit(d, func(w io.Writer) { io.WriteString(w, d.Diff) })
+			default:
+				return errdefs.Invalid("--format %q is not unified or patch", format)
+			}
 			d, err := cl.Diff(cmd.Context(), args[0], args[1:]...)
 			if err != nil {
 				return err
@@ -258,6 +286,7 @@ policy of the workspace's most recent sandbox.`,
 		},
 	}
 	cmd.Flags().BoolVar(&check, "check", false, "check the diff for paths outside the writable paths and for secrets; exit 1 if any")
+	cmd.Flags().StringVar(&format, "format", "unified", "unified, or patch: an mbox of git format-patch messages for git am")
 	cmd.Flags().StringVar(&policyFile, "policy", "", `with --check: the policy whose writable_paths apply, JSON or YAML ("-": stdin)`)
 	return cmd
 }
@@ -369,6 +398,68 @@ what was found.`,
 	cmd.Flags().StringVar(&name, "author-name", "", "author name (default: the daemon's)")
 	cmd.Flags().StringVar(&email, "author-email", "", "author email (default: the daemon's)")
 	cmd.MarkFlagRequired("message")
+	return cmd
+}
+
+func (c *cli) wsExportCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "export WS --bundle FILE",
+		Short: "Write the workspace's branch as a git bundle",
+		Long: `Write the workspace's branch as a git bundle ("-": standard output).
+
+The bundle holds the commits agentbox made on the branch since the base
+commit, then the uncommitted change as one more; the base commit is its
+prerequisite, so fetch it into a clone that has that commit:
+
+  git fetch FILE BRANCH:BRANCH
+
+It is made by host-side git from the host-private git directory, confined
+like every host-side git over a workspace.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" {
+				return errdefs.Invalid("--bundle FILE is required")
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			if file == "-" {
+				_, err := cl.Bundle(cmd.Context(), args[0], c.stdout)
+				return err
+			}
+			tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp-")
+			if err != nil {
+				return err
+			}
+			defer os.Remove(tmp.Name())
+			info, err := cl.Bundle(cmd.Context(), args[0], tmp)
+			if err == nil {
+				err = tmp.Sync()
+			}
+			if cerr := tmp.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = os.Rename(tmp.Name(), file)
+			}
+			if err != nil {
+				return fmt.Errorf("writing the bundle to %s: %w", file, err)
+			}
+			if info.Note != "" && !c.json {
+				fmt.Fprintf(c.stderr, "agentbox: %s: %s\n", info.ID, info.Note)
+			}
+			return c.emit(struct {
+				client.BundleInfo
+				File string `json:"file"`
+			}{info, file}, func(w io.Writer) {
+				fmt.Fprintf(w, "wrote %s (%d bytes): branch %s at %s, from %s\nfetch it with: git fetch %s %s:%s\n",
+					file, info.Bytes, info.Branch, short(info.Tip), short(info.Base), file, info.Branch, info.Branch)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&file, "bundle", "", `the bundle file to write ("-": standard output)`)
 	return cmd
 }
 

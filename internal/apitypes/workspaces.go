@@ -145,6 +145,12 @@ type Diff struct {
 	ID         string `json:"id"`
 	BaseCommit string `json:"base_commit"`
 	Diff       string `json:"diff"`
+	// Format is "patch" when Diff is an mbox of format-patch messages
+	// (format=patch): the commits the host made on the branch, then the
+	// uncommitted change as one more.
+	Format string `json:"format,omitempty"`
+	// Note says what a patch leaves out or folds together, when anything.
+	Note string `json:"note,omitempty"`
 }
 
 // Author is a commit identity.

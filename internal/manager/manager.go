@@ -1031,6 +1031,33 @@ func (m *Manager) Diff(ctx context.Context, id string, paths []string) ([]byte, 
 	return d, nil
 }
 
+// Patch is workspace id's result as one mbox of format-patch messages
+// from its base commit (see workspace.Git.Patch), with what it holds.
+func (m *Manager) Patch(ctx context.Context, id string) ([]byte, workspace.Export, error) {
+	return m.export(ctx, id, workspace.Git.Patch)
+}
+
+// Bundle is a git bundle of workspace id's branch from its base commit
+// (see workspace.Git.Bundle), with what it holds.
+func (m *Manager) Bundle(ctx context.Context, id string) ([]byte, workspace.Export, error) {
+	return m.export(ctx, id, workspace.Git.Bundle)
+}
+
+func (m *Manager) export(ctx context.Context, id string, how func(workspace.Git, context.Context, string, workspace.Author) ([]byte, workspace.Export, error)) ([]byte, workspace.Export, error) {
+	w, drv, err := m.ready(ctx, id)
+	if err != nil {
+		return nil, workspace.Export{}, err
+	}
+	l := m.lock(id)
+	l.Lock()
+	defer l.Unlock()
+	b, e, err := how(m.git(w, drv), ctx, w.BaseCommit, m.cfg.Author)
+	if err != nil {
+		return nil, e, named(id, err)
+	}
+	return b, e, nil
+}
+
 // CommitResult is what a commit made.
 type CommitResult = apitypes.CommitResult
 

@@ -451,22 +451,10 @@ func (g Git) Commit(ctx context.Context, msg string, author Author, uid, gid int
 			return "", err
 		}
 	}
-	now := time.Now()
-	stamp := fmt.Sprintf("%d %s", now.Unix(), now.Format("-0700"))
-	var obj bytes.Buffer
-	fmt.Fprintf(&obj, "tree %s\n", tree)
-	if parent != "" {
-		fmt.Fprintf(&obj, "parent %s\n", parent)
-	}
-	fmt.Fprintf(&obj, "author %s <%s> %s\ncommitter %s <%s> %s\n\n%s", author.Name, author.Email, stamp, author.Name, author.Email, stamp, msg)
-	if !strings.HasSuffix(msg, "\n") {
-		obj.WriteByte('\n')
-	}
-	out, err = g.run(ctx, 0, &obj, "hash-object", "-t", "commit", "-w", "--stdin")
+	commit, err := g.commitObject(ctx, tree, parent, author, msg)
 	if err != nil {
 		return "", err
 	}
-	commit := strings.TrimSpace(string(out))
 	if err := g.exportObjects(ctx, uid, gid); err != nil {
 		return "", fmt.Errorf("workspace %s: copying objects: %w", filepath.Base(g.Dir), err)
 	}
@@ -493,6 +481,27 @@ func (g Git) Commit(ctx context.Context, msg string, author Author, uid, gid int
 		return "", err
 	}
 	return commit, nil
+}
+
+// commitObject writes a commit of tree on parent ("" for none) to
+// hostgit, touching no ref, and returns its name.
+func (g Git) commitObject(ctx context.Context, tree, parent string, author Author, msg string) (string, error) {
+	now := time.Now()
+	stamp := fmt.Sprintf("%d %s", now.Unix(), now.Format("-0700"))
+	var obj bytes.Buffer
+	fmt.Fprintf(&obj, "tree %s\n", tree)
+	if parent != "" {
+		fmt.Fprintf(&obj, "parent %s\n", parent)
+	}
+	fmt.Fprintf(&obj, "author %s <%s> %s\ncommitter %s <%s> %s\n\n%s", author.Name, author.Email, stamp, author.Name, author.Email, stamp, msg)
+	if !strings.HasSuffix(msg, "\n") {
+		obj.WriteByte('\n')
+	}
+	out, err := g.run(ctx, 0, &obj, "hash-object", "-t", "commit", "-w", "--stdin")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // exportObjects copies hostgit's loose objects into the workspace's
