@@ -131,7 +131,7 @@ func TestE2BSDK(t *testing.T) {
 			Checks      int
 			RepoSandbox string
 		}
-		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Checks < 81 || sum.RepoSandbox == "" {
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Checks < 82 || sum.RepoSandbox == "" {
 			t.Fatalf("node acceptance.mjs: summary %+v (%v)\n%s", sum, err, stdout.String())
 		}
 		t.Logf("%s: %d checks passed", backend, sum.Checks)

@@ -425,8 +425,10 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// metadataFilter reads the list's metadata query: key=value pairs joined
-// by &, each part URL-encoded (as the SDKs send it).
+// metadataFilter reads the list's metadata query as the SDKs send it:
+// key=value pairs joined by &, each key and value URL-encoded before the
+// pairs are encoded as a query string (so, once the parameter itself is
+// decoded, twice more).
 func metadataFilter(v string) (map[string]string, error) {
 	if v == "" {
 		return nil, nil
@@ -437,7 +439,12 @@ func metadataFilter(v string) (map[string]string, error) {
 	}
 	out := map[string]string{}
 	for k, vs := range vals {
-		out[k] = vs[len(vs)-1]
+		key, err1 := url.QueryUnescape(k)
+		val, err2 := url.QueryUnescape(vs[len(vs)-1])
+		if err1 != nil || err2 != nil {
+			return nil, errdefs.Invalid("metadata filter %q: a key or value is not URL-encoded", v)
+		}
+		out[key] = val
 	}
 	return out, nil
 }

@@ -215,8 +215,10 @@ func TestHelpers(t *testing.T) {
 			t.Errorf("workdir(%q) = %q, want %q", in, got, want)
 		}
 	}
-	md, err := metadataFilter("a%3Db=c%26d&x=y")
-	if err != nil || !cmp.Equal(md, map[string]string{"a=b": "c&d", "x": "y"}) {
+	// What the SDK sends for {"agentbox.repo": "/tmp/a b/c&d=e", k: "v%41"},
+	// its query parameter decoded.
+	md, err := metadataFilter("agentbox.repo=%252Ftmp%252Fa%2520b%252Fc%2526d%253De&k=v%252541")
+	if err != nil || !cmp.Equal(md, map[string]string{"agentbox.repo": "/tmp/a b/c&d=e", "k": "v%41"}) {
 		t.Errorf("metadataFilter: %v %v", md, err)
 	}
 	rec := record{User: "user", TemplateID: "base"}

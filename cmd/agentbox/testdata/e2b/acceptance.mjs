@@ -172,7 +172,8 @@ check(!(await short.isRunning()), 'the timeout ended the sandbox')
 await rejects(Sandbox.getInfo(short.sandboxId), Error, 'getInfo after the timeout', /not found/i)
 
 // --- a sandbox on a cached repo: its changes are a workspace's
-const rs = await Sandbox.create({ metadata: { 'agentbox.repo': repo, suite: tag } })
+const rs = await Sandbox.create({ metadata: { 'agentbox.repo': repo, suite: tag, note: 'a b&c=d/%41' } })
+eq((await Sandbox.list({ query: { metadata: { 'agentbox.repo': repo, note: 'a b&c=d/%41' } } }).nextItems()).map(s => s.sandboxId), [rs.sandboxId], 'list: a metadata filter with a path and odd characters')
 r = await rs.commands.run('cat README.md && echo "def sub(a, b):" >> calc.py && echo "    return a - b" >> calc.py')
 eq(r.stdout, '# calc\n', 'the repo is checked out in the home')
 check(await rs.kill(), 'kill the repo sandbox')
