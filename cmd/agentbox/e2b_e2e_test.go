@@ -130,11 +130,17 @@ func TestE2BSDK(t *testing.T) {
 		var sum struct {
 			Checks      int
 			RepoSandbox string
+			Files       bool
 		}
 		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Checks < 82 || sum.RepoSandbox == "" {
 			t.Fatalf("node acceptance.mjs: summary %+v (%v)\n%s", sum, err, stdout.String())
 		}
-		t.Logf("%s: %d checks passed", backend, sum.Checks)
+		// The file half of envd (package envdfs) is written apart; once it
+		// is in the tree, the script must have exercised it.
+		if _, err := os.Stat(filepath.Join("..", "..", "internal", "e2b", "envdfs")); err == nil && !sum.Files {
+			t.Errorf("internal/e2b/envdfs is in the tree but the endpoint serves no files")
+		}
+		t.Logf("%s: %d checks passed (files: %v)", backend, sum.Checks, sum.Files)
 
 		// The killed repo sandbox's workspace stays, with its change.
 		diff := exec.Command(binary, "--host", d.api, "ws", "diff", sum.RepoSandbox)

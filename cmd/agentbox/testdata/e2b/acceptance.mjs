@@ -67,6 +67,38 @@ await rejects(sbx.commands.run('id', { user: 'root' }), SandboxError, 'user root
 r = await sbx.commands.run('whoami', { user: 'user' })
 eq(r.stdout, 'user\n', 'user "user" is accepted')
 
+// --- files (envd's filesystem service and /files), when this build serves them
+let files = false
+try {
+  await sbx.files.write('probe.txt', 'p')
+  files = true
+} catch (e) {
+  if (!/501|not in this build/.test(e.message)) throw e
+}
+if (files) {
+  await sbx.files.write('/home/user/notes/a.txt', 'alpha\n')
+  eq(await sbx.files.read('notes/a.txt'), 'alpha\n', 'files: write, then read as text')
+  eq(Buffer.from(await sbx.files.read('notes/a.txt', { format: 'bytes' })).toString(), 'alpha\n', 'files: read as bytes')
+  eq((await sbx.commands.run('cat notes/a.txt')).stdout, 'alpha\n', 'files: a command reads what was written')
+  await sbx.commands.run('mkdir -p notes/deep/er && echo b > notes/deep/er/b.txt')
+  const listed = (await sbx.files.list('notes', { depth: 3 })).map(e => e.path).sort()
+  eq(listed, ['/home/user/notes/a.txt', '/home/user/notes/deep', '/home/user/notes/deep/er', '/home/user/notes/deep/er/b.txt'], 'files: list with depth')
+  check(await sbx.files.exists('notes/deep/er/b.txt') && !(await sbx.files.exists('notes/none')), 'files: exists')
+  await sbx.files.rename('notes/a.txt', 'notes/c.txt')
+  await sbx.files.makeDir('notes/made')
+  await sbx.files.remove('notes/deep')
+  eq((await sbx.commands.run('ls notes')).stdout, 'c.txt\nmade\n', 'files: rename, makeDir, remove')
+  const events = []
+  const watch = await sbx.files.watchDir('notes', e => events.push(`${e.type}:${e.name}`))
+  await sbx.commands.run('echo w > notes/w.txt')
+  for (let i = 0; i < 100 && !events.some(e => e.endsWith(':w.txt')); i++) await sleep(50)
+  await watch.stop()
+  check(events.some(e => e.endsWith(':w.txt')), 'files: watchDir sees a command\'s write')
+  await rejects(sbx.files.read('/etc/passwd'), Error, 'files: a path outside the workspace')
+  await rejects(sbx.files.read('notes/c.txt', { user: 'root' }), Error, 'files: user root', /root/)
+  await sbx.files.remove('probe.txt')
+}
+
 // --- timeouts: the SDK's error, and the command is killed
 const t0 = Date.now()
 await rejects(sbx.commands.run('sleep 3; echo late > late.txt', { timeoutMs: 1000 }), TimeoutError, 'timeoutMs')
@@ -178,4 +210,4 @@ r = await rs.commands.run('cat README.md && echo "def sub(a, b):" >> calc.py && 
 eq(r.stdout, '# calc\n', 'the repo is checked out in the home')
 check(await rs.kill(), 'kill the repo sandbox')
 
-console.log(JSON.stringify({ checks, repoSandbox: rs.sandboxId }))
+console.log(JSON.stringify({ checks, repoSandbox: rs.sandboxId, files }))
