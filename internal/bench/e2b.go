@@ -30,6 +30,7 @@ const (
 	CaseE2BRunV1       = "exec true (/v1 streamed, Go client)"
 	CaseE2BRunV1Buffed = "exec true (/v1 buffered, Go client)"
 	CaseE2BRunV1Bash   = "exec bash -l -c true (/v1 streamed, Go client)"
+	CaseE2BList        = "commands.list() (E2B SDK: one unary call, no command)"
 )
 
 // E2B defaults.
@@ -255,6 +256,7 @@ func (e *env) e2bBench(ctx context.Context) (SandboxResult, error) {
 				return undo, err
 			}},
 			tcase{backend: b, name: CaseE2BRun, timed: func(ctx context.Context) (time.Duration, error) { return d.timed("run " + b) }},
+			tcase{backend: b, name: CaseE2BList, timed: func(ctx context.Context) (time.Duration, error) { return d.timed("list " + b) }},
 			tcase{backend: b, name: CaseE2BRunV1, baseline: true, run: func(ctx context.Context) (func() error, error) {
 				r, err := e.c.Exec(ctx, ws, client.Exec{Argv: []string{"true"}}, nil, nil)
 				if err == nil && r.ExitCode != 0 {

@@ -5,6 +5,8 @@
 //                    timed; the sandbox is killed after the clock stops
 //   open TEMPLATE    create a sandbox kept for run (untimed)
 //   run TEMPLATE     commands.run('true') in it, timed
+//   list TEMPLATE    commands.list() in it, timed: one unary envd call,
+//                    the SDK's and the protocol's floor
 //   close            kill the kept sandboxes
 import { Sandbox } from 'e2b'
 import { createInterface } from 'node:readline'
@@ -28,6 +30,10 @@ for await (const line of createInterface({ input: process.stdin })) {
     } else if (op === 'run') {
       const t = now()
       await kept[arg].commands.run('true')
+      out({ ns: Number(now() - t) })
+    } else if (op === 'list') {
+      const t = now()
+      await kept[arg].commands.list()
       out({ ns: Number(now() - t) })
     } else if (op === 'close') {
       for (const s of Object.values(kept)) await s.kill()

@@ -49,7 +49,7 @@ func TestE2BBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkRows(t, res, 2, []string{"docker/" + CaseE2BCreate, "docker/" + CaseE2BCreateV1, "docker/" + CaseE2BRun, "docker/" + CaseE2BRunV1, "docker/" + CaseE2BRunV1Bash, "docker/" + CaseE2BRunV1Buffed})
+	checkRows(t, res, 2, []string{"docker/" + CaseE2BCreate, "docker/" + CaseE2BCreateV1, "docker/" + CaseE2BRun, "docker/" + CaseE2BRunV1, "docker/" + CaseE2BRunV1Bash, "docker/" + CaseE2BRunV1Buffed, "docker/" + CaseE2BList})
 	for _, name := range []string{"docker: create → first run, E2B SDK / /v1", "docker: run('true') round trip, E2B SDK / /v1 streamed"} {
 		if !slices.ContainsFunc(res.Checks, func(c Check) bool { return c.Name == name && c.Ratio > 0 }) {
 			t.Errorf("no ratio %q in %+v", name, res.Checks)
