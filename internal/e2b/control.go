@@ -583,14 +583,10 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
 // pause stops the sandbox's execution environment; its files stay in the
 // workspace, its processes end. A paused sandbox has no timeout.
 func (s *Server) pause(ctx context.Context, id string) error {
-	rec, err := s.reg.get(id)
-	if err != nil {
-		return err
-	}
-	if rec.State == statePaused {
-		return fmt.Errorf("sandbox %s is already paused: %w", id, errdefs.ErrConflict)
-	}
 	if _, err := s.reg.update(id, func(rec *record) error {
+		if rec.State == statePaused {
+			return fmt.Errorf("sandbox %s is already paused: %w", id, errdefs.ErrConflict)
+		}
 		rec.State = statePaused
 		return nil
 	}); err != nil {

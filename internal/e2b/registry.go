@@ -61,6 +61,10 @@ type record struct {
 // registry holds the records, on disk and in memory, and their timers.
 type registry struct {
 	dir string
+	// changing serializes update and remove, so that a change made from
+	// a copy never undoes another (a timeout set while a pause runs) or
+	// brings back a removed record.
+	changing sync.Mutex
 
 	mu     sync.Mutex
 	recs   map[string]*record
@@ -176,6 +180,8 @@ func (r *registry) put(rec record) error {
 // update changes the record of id under the lock with fn and saves it;
 // fn's error leaves everything as it was.
 func (r *registry) update(id string, fn func(*record) error) (record, error) {
+	r.changing.Lock()
+	defer r.changing.Unlock()
 	r.mu.Lock()
 	cur, ok := r.recs[id]
 	if !ok {
@@ -195,6 +201,8 @@ func (r *registry) update(id string, fn func(*record) error) (record, error) {
 
 // remove forgets id.
 func (r *registry) remove(id string) error {
+	r.changing.Lock()
+	defer r.changing.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t := r.timers[id]; t != nil {
