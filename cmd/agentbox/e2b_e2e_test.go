@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/agentbox/agentbox/internal/e2b/processpb"
+	"github.com/agentbox/agentbox/internal/e2b/processpb/processpbconnect"
 	"github.com/agentbox/agentbox/internal/sandbox/backendtest"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
@@ -58,13 +63,15 @@ func e2bSDK(t *testing.T) string {
 type e2bDaemon struct {
 	api, e2b string // tcp://HOST:PORT, http://HOST:PORT
 	token    string
+	// stop ends the daemon (SIGTERM) and waits for it.
+	stop func()
 }
 
 // startE2BDaemon runs `agentbox serve --e2b-listen` with backend as the
 // default and the E2B base template on e2bImage.
-func startE2BDaemon(t *testing.T, data, backend string) e2bDaemon {
+func startE2BDaemon(t *testing.T, data, backend string) *e2bDaemon {
 	t.Helper()
-	d := e2bDaemon{token: "e2b-test-token-0123456789abcdef"}
+	d := &e2bDaemon{token: "e2b-test-token-0123456789abcdef"}
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	doc := fmt.Sprintf("data_dir: %s\nlisten: tcp://127.0.0.1:0\ndefault_backend: %s\ne2b_templates:\n  base: {image: %q, home: /home/user}\n", data, backend, e2bImage)
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
@@ -79,10 +86,14 @@ func startE2BDaemon(t *testing.T, data, backend string) e2bDaemon {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	})
+	var once sync.Once
+	d.stop = func() {
+		once.Do(func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+		})
+	}
+	t.Cleanup(d.stop)
 	dec := json.NewDecoder(stderr)
 	for d.api == "" || d.e2b == "" {
 		var line map[string]any
@@ -153,4 +164,131 @@ func TestE2BSDK(t *testing.T) {
 			t.Errorf("agentbox ws diff %s does not show the sandbox's change:\n%s", sum.RepoSandbox, out)
 		}
 	})
+}
+
+// e2bCall makes a control API call and decodes its JSON reply.
+func (d *e2bDaemon) call(t *testing.T, method, path, body string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, d.e2b+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-API-Key", d.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// run runs a shell command through envd's process service with the
+// Connect JSON codec (as the SDK speaks it) and returns its stdout and
+// exit code.
+func (d *e2bDaemon) run(t *testing.T, id, token, sh string) (string, int32) {
+	t.Helper()
+	pc := processpbconnect.NewProcessClient(http.DefaultClient, d.e2b, connect.WithProtoJSON())
+	req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", sh}}})
+	req.Header().Set("E2b-Sandbox-Id", id)
+	req.Header().Set("X-Access-Token", token)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	stream, err := pc.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		out.Write(ev.GetData().GetStdout())
+		if end := ev.GetEnd(); end != nil {
+			return out.String(), end.GetExitCode()
+		}
+	}
+	t.Fatalf("%s: the stream ended without an end event: %v", sh, stream.Err())
+	return "", 0
+}
+
+// TestE2BRestart checks that the E2B sandboxes a daemon handed out
+// outlive it: after a restart their records, metadata, tokens and files
+// are there and commands run again, and one whose timeout ran out while
+// the daemon was down is gone.
+func TestE2BRestart(t *testing.T) {
+	requireDebianEngine(t)
+	if err := buildE2BImage(); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	cleanupAll(t, data)
+	d := startE2BDaemon(t, data, "docker")
+	type created struct {
+		SandboxID       string `json:"sandboxID"`
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	var keep, short created
+	if st := d.call(t, "POST", "/v2/sandboxes", `{"templateID": "base", "timeout": 600, "metadata": {"k": "v"}}`, &keep); st != 201 {
+		t.Fatalf("create: %d", st)
+	}
+	if st := d.call(t, "POST", "/v2/sandboxes", `{"templateID": "base", "timeout": 600}`, &short); st != 201 {
+		t.Fatalf("create: %d", st)
+	}
+	if out, code := d.run(t, keep.SandboxID, keep.EnvdAccessToken, "echo kept > f.txt; pwd"); code != 0 || out != "/home/user\n" {
+		t.Fatalf("run: %q, exit %d", out, code)
+	}
+	if _, code := d.run(t, keep.SandboxID, keep.EnvdAccessToken, "exit 4"); code != 4 {
+		t.Fatalf("exit 4: exit %d", code)
+	}
+	d.stop()
+	// The short one's time runs out while the daemon is down.
+	recFile := filepath.Join(data, "e2b", "sandboxes", short.SandboxID+".json")
+	b, err := os.ReadFile(recFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["end_at"] = time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
+	if b, err = json.Marshal(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(recFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d = startE2BDaemon(t, data, "docker")
+	var info struct {
+		SandboxID string            `json:"sandboxID"`
+		State     string            `json:"state"`
+		Metadata  map[string]string `json:"metadata"`
+	}
+	if st := d.call(t, "GET", "/sandboxes/"+keep.SandboxID, "", &info); st != 200 || info.State != "running" || info.Metadata["k"] != "v" {
+		t.Fatalf("getInfo after a restart: %d %+v", st, info)
+	}
+	if out, code := d.run(t, keep.SandboxID, keep.EnvdAccessToken, "cat f.txt"); code != 0 || out != "kept\n" {
+		t.Fatalf("run after a restart: %q, exit %d", out, code)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for d.call(t, "GET", "/sandboxes/"+short.SandboxID, "", nil) != 404 {
+		if time.Now().After(deadline) {
+			t.Fatal("a sandbox whose timeout ran out while the daemon was down is still there")
+		}
+		time.Sleep(100 * time.Millisecond) // the expiry runs as the daemon starts; polled, bounded
+	}
+	// Killed: its scratch workspace went with it.
+	ws := exec.Command(binary, "--host", d.api, "ws", "show", short.SandboxID)
+	ws.Env = append(os.Environ(), "AGENTBOX_TOKEN="+d.token)
+	if out, err := ws.CombinedOutput(); err == nil || !strings.Contains(string(out), "not found") {
+		t.Errorf("ws show %s after its timeout: %v\n%s", short.SandboxID, err, out)
+	}
+	if st := d.call(t, "DELETE", "/sandboxes/"+keep.SandboxID, "", nil); st != 204 {
+		t.Fatalf("kill: %d", st)
+	}
 }
