@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/agentbox/agentbox/internal/e2b/processpb"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -258,4 +259,39 @@ func TestHelpers(t *testing.T) {
 		}
 	}
 	_ = processpb.Signal_SIGNAL_SIGKILL
+}
+
+// TestPolicyFor checks an E2B sandbox's policy: no network unless asked
+// and allowed by the daemon's list, never an open one; envVars and HOME.
+func TestPolicyFor(t *testing.T) {
+	tpl := Template{Home: "/home/user"}
+	closed := &Server{opts: Options{}}
+	open := &Server{opts: Options{InternetAllow: []string{"pypi.org", "files.pythonhosted.org:443"}}}
+	for _, tc := range []struct {
+		name     string
+		s        *Server
+		internet bool
+		mode     string
+		allow    []string
+	}{
+		{"default", open, false, "none", nil},
+		{"asked, no list", closed, true, "none", nil},
+		{"asked, list", open, true, "allowlist", []string{"pypi.org", "files.pythonhosted.org:443"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tc.s.policyFor(map[string]string{"A": "1"}, tpl, tc.internet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Network.Mode != tc.mode || !cmp.Equal(p.Network.Allow, tc.allow, cmpopts.EquateEmpty()) {
+				t.Errorf("network %+v, want %s %v", p.Network, tc.mode, tc.allow)
+			}
+			if !cmp.Equal(p.Env, map[string]string{"A": "1", "HOME": "/home/user"}) {
+				t.Errorf("env %v", p.Env)
+			}
+		})
+	}
+	if _, err := open.policyFor(map[string]string{"A B": "1"}, tpl, false); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("a bad variable name: %v, want invalid", err)
+	}
 }
