@@ -126,6 +126,18 @@ func (ps *processService) running(ctx context.Context, t target, sel *processpb.
 	return p, nil
 }
 
+// maxProcsHeld is how many commands of a sandbox the table holds before
+// it drops those that ended (a command whose stream ended early stays
+// until then, for Connect and List).
+const maxProcsHeld = 64
+
+// prune drops a sandbox's commands that ended.
+func (ps *processService) prune(ctx context.Context, t target) {
+	for _, p := range ps.s.procs.all(t.ID) {
+		ps.running(ctx, t, &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: p.pid}})
+	}
+}
+
 func (ps *processService) target(ctx context.Context, h http.Header) (target, error) {
 	t, err := ps.s.resolve(ctx, h, "")
 	return t, connectError(err)
@@ -190,11 +202,19 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[proces
 		}
 	}
 	p := &proc{pid: uint32(v.Pid), tag: msg.GetTag(), cfg: msg.GetProcess(), execID: v.ID, tty: tty}
+	if len(ps.s.procs.all(t.ID)) >= maxProcsHeld {
+		ps.prune(ctx, t)
+	}
 	ps.s.procs.add(t.ID, p)
 	if err := send(startEvent(p.pid)); err != nil {
 		return err
 	}
-	return ps.follow(ctx, t, p, 0, 0, req.Header(), send)
+	if err := ps.follow(ctx, t, p, 0, 0, req.Header(), send); err != nil {
+		return err
+	}
+	// Its end was sent: envd forgets an ended command.
+	ps.s.procs.drop(t.ID, p.pid)
+	return nil
 }
 
 func (ps *processService) Connect(ctx context.Context, req *connect.Request[processpb.ConnectRequest], stream *connect.ServerStream[processpb.ConnectResponse]) error {
