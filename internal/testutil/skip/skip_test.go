@@ -8,20 +8,30 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// fakeTB records what OrFail asks of a test instead of ending it.
+// fakeTB records what OrFail asks of a test, and ends the goroutine as
+// testing.T does on Skip and Fatalf.
 type fakeTB struct {
 	testing.TB
 	skipped, failed string
 }
 
-func (f *fakeTB) Helper()                           {}
-func (f *fakeTB) Skip(args ...any)                  { f.skipped = fmt.Sprint(args...) }
-func (f *fakeTB) Fatalf(format string, args ...any) { f.failed = fmt.Sprintf(format, args...) }
+func (f *fakeTB) Helper() {}
+
+func (f *fakeTB) Skip(args ...any) {
+	f.skipped = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.failed = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
 
 func TestOrFail(t *testing.T) {
 	for _, tc := range []struct {
@@ -34,7 +44,13 @@ func TestOrFail(t *testing.T) {
 	} {
 		t.Setenv(RequireSetupEnv, tc.env)
 		f := &fakeTB{}
-		OrFail(f, "no engine")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			OrFail(f, "no engine")
+			f.failed = "OrFail returned"
+		}()
+		<-done
 		if f.skipped != tc.skipped || f.failed != tc.fail {
 			t.Errorf("%s=%q: skipped %q, failed %q; want skipped %q, failed %q", RequireSetupEnv, tc.env, f.skipped, f.failed, tc.skipped, tc.fail)
 		}
