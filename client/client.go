@@ -713,6 +713,13 @@ func (c *Client) Push(ctx context.Context, ws string) (Candidate, error) {
 	return out, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(ws) + "/push"}, &out)
 }
 
+// PullRequest pushes the workspace's newest approved candidate and opens
+// (or updates) its pull request.
+func (c *Client) PullRequest(ctx context.Context, ws string) (Candidate, error) {
+	var out Candidate
+	return out, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(ws) + "/pr"}, &out)
+}
+
 // ForgeBinding is how the daemon reaches a forge host.
 type ForgeBinding = apitypes.ForgeBinding
 

@@ -173,6 +173,36 @@ forced and never goes to the remote's default branch or a protected one.`,
 	}
 }
 
+func (c *cli) wsPRCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pr WS",
+		Short: "Push the workspace's newest approved candidate and open its pull request",
+		Long: `Push the workspace's newest approved candidate (as ws push does), then open a
+pull request for its branch on the forge bound to the remote's host (agentbox
+forge set), or update the open one of that branch: the title is the task,
+the body the evidence agentbox gathered, the label agentbox. The PR's number
+and URL are recorded on the candidate.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			cand, err := cl.PullRequest(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.emit(cand, func(w io.Writer) {
+				verb := "opened"
+				if cand.PR.Updated {
+					verb = "updated"
+				}
+				fmt.Fprintf(w, "%s pull request #%d: %s\n", verb, cand.PR.Number, cand.PR.URL)
+			})
+		},
+	}
+}
+
 func (c *cli) forgeCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "forge", Short: "Forge hosts agentbox pushes to and opens pull requests on"}
 	var f client.ForgeBinding
@@ -191,7 +221,9 @@ func (c *cli) forgeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.emit(out, func(w io.Writer) { fmt.Fprintf(w, "forge %s: %s, token in secret %s\n", out.Host, out.Kind, out.Secret) })
+			return c.emit(out, func(w io.Writer) {
+				fmt.Fprintf(w, "forge %s: %s, token in secret %s\n", out.Host, out.Kind, out.Secret)
+			})
 		},
 	}
 	set.Flags().StringVar(&f.Kind, "kind", "", "the forge's API: github, gitlab or gitea (also Forgejo)")

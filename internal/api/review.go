@@ -72,6 +72,15 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, c)
 }
 
+func (s *Server) pullRequest(w http.ResponseWriter, r *http.Request) {
+	c, err := s.m.PullRequest(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, c)
+}
+
 func (s *Server) listForges(w http.ResponseWriter, r *http.Request) {
 	fs, err := s.m.ListForges(r.Context())
 	if err != nil {
