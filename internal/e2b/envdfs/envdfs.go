@@ -1,0 +1,124 @@
+// Package envdfs serves the file half of E2B's in-sandbox daemon (envd) on
+// an agentbox workspace: the Connect filesystem service (Stat, ListDir,
+// MakeDir, Move, Remove, WatchDir and the polling watchers) and the HTTP
+// upload and download endpoints at /files, in the wire format the official
+// E2B SDKs speak.
+//
+// Nothing here runs inside the sandbox. Every file operation is a host-side
+// operation on the workspace directory through internal/fileapi, which
+// resolves each path beneath the workspace by descriptor and is safe
+// against symlink swaps; WatchDir adds inotify watches only through
+// descriptors opened beneath the workspace (see watch_linux.go).
+//
+// # Which sandbox paths are reachable
+//
+// An E2B client names paths as the sandbox sees them. The workspace is the
+// only part of the sandbox whose files live on the host, so only paths that
+// land in it are served:
+//
+//   - /workspace and everything below it: the workspace itself.
+//   - Target.Home (the user's home, /home/user for E2B templates) and
+//     everything below it, when Home lies outside /workspace: the same
+//     workspace root. The E2B surface gives the sandbox user its home on the
+//     workspace, so "~/a.txt", "a.txt" and "/workspace/a.txt" are one file.
+//     A Home inside /workspace is just a directory of the workspace.
+//   - A relative path, or "~" and "~/...", is taken from Target.Home.
+//
+// Paths are cleaned lexically first, as the sandbox's kernel would resolve
+// "..": "/workspace/../etc" is /etc. Anything that does not land in the
+// workspace (/etc/passwd, /tmp, /proc, "../../etc") is refused with
+// invalid_argument (HTTP 400), which the SDK raises as InvalidArgumentError,
+// and nothing is touched. Inside the workspace, a symlink that leads out of
+// it is refused by fileapi the same way.
+//
+// Replies name entries under the root the client used: a listing of
+// "/workspace/src" reports "/workspace/src/main.go", one of "src" reports
+// "/home/user/src/main.go".
+package envdfs
+
+import (
+	"net/http"
+
+	"github.com/agentbox/agentbox/internal/e2b/envdfs/fspb/fspbconnect"
+	"github.com/agentbox/agentbox/internal/manager"
+)
+
+// Target is the agentbox side of one E2B sandbox, resolved by the caller
+// from the request (E2b-Sandbox-Id header, access token).
+type Target struct {
+	// SandboxID is the agentbox sandbox; a watch ends when it stops.
+	SandboxID string
+	// WorkspaceID is the workspace whose files are served.
+	WorkspaceID string
+	// User is the sandbox user's name, reported as every entry's owner
+	// and group (the workspace belongs to the sandbox user).
+	User string
+	// Home is the user's home as the sandbox sees it (/home/user): the
+	// base of relative paths, and an alias of the workspace root when it
+	// lies outside /workspace.
+	Home string
+}
+
+// Resolver returns the target of a request. Its errors wrap internal/errdefs
+// classes (ErrNotFound for an unknown sandbox, ErrUnauthorized for a bad
+// access token, ErrPolicyDenied for a user the sandbox does not have...);
+// they reach the client E2B-shaped.
+//
+// For the RPCs the SDK names the user in an "Authorization: Basic
+// base64(user:)" header; for /files, in the "username" query parameter.
+type Resolver func(r *http.Request) (Target, error)
+
+// Register mounts the filesystem Connect service and the /files endpoints
+// on mux.
+func Register(mux *http.ServeMux, m *manager.Manager, resolve Resolver) {
+	register(mux, m, resolve, Options{})
+}
+
+// Options are the limits of one registration; zero fields take defaults.
+// Register uses the defaults; tests lower them.
+type Options struct {
+	// MaxUpload caps the bytes of one POST /files request body (after
+	// gzip decoding). Default DefaultMaxUpload.
+	MaxUpload int64
+	// MaxWatches caps the directories one recursive watch follows.
+	MaxWatches int
+	// MaxPending caps the events a watch holds for a slow client before
+	// it stops with an error.
+	MaxPending int
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxUpload  = 256 << 20
+	DefaultMaxWatches = 4096
+	DefaultMaxPending = 4096
+)
+
+func register(mux *http.ServeMux, m *manager.Manager, resolve Resolver, o Options) *service {
+	if o.MaxUpload <= 0 {
+		o.MaxUpload = DefaultMaxUpload
+	}
+	if o.MaxWatches <= 0 {
+		o.MaxWatches = DefaultMaxWatches
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = DefaultMaxPending
+	}
+	s := &service{m: m, resolve: resolve, opts: o, hubs: newHubs(), pollers: newPollers()}
+	path, h := fspbconnect.NewFilesystemHandler(s)
+	mux.Handle(path, h)
+	mux.HandleFunc("GET /files", s.download)
+	mux.HandleFunc("POST /files", s.upload)
+	return s
+}
+
+// service implements fspbconnect.FilesystemHandler and the /files handlers.
+type service struct {
+	m       *manager.Manager
+	resolve Resolver
+	opts    Options
+	// hubs are the inotify instances of the workspaces being watched.
+	hubs *hubs
+	// pollers are the watchers of CreateWatcher.
+	pollers *pollers
+}
