@@ -60,6 +60,14 @@ type fixture struct {
 	target Target
 	// e2bID is the E2B sandbox id the client sends.
 	e2bID string
+	// mu guards target, which the server reads.
+	mu sync.Mutex
+}
+
+func (f *fixture) setTarget(t Target) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.target = t
 }
 
 type fixtureOpts struct {
@@ -112,6 +120,8 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 		if id := r.Header.Get(testSandboxHeader); id != f.e2bID {
 			return Target{}, errdefs.NotFound("sandbox", id)
 		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
 		return f.target, nil
 	}, o.opts)
 	f.srv = httptest.NewServer(mux)
