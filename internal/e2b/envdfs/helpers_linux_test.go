@@ -36,6 +36,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.Cleanup(func(int) {
+			if assets.dir != "" {
+				os.RemoveAll(assets.dir)
+			}
+		}),
 	)
 }
 
