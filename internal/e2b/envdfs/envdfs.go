@@ -106,7 +106,7 @@ func register(mux *http.ServeMux, m *manager.Manager, resolve Resolver, o Option
 	}
 	s := &service{m: m, resolve: resolve, opts: o, hubs: newHubs(), pollers: newPollers()}
 	path, h := fspbconnect.NewFilesystemHandler(s)
-	mux.Handle(path, h)
+	mux.Handle(path, withRequest(h))
 	mux.HandleFunc("GET /files", s.download)
 	mux.HandleFunc("POST /files", s.upload)
 	return s

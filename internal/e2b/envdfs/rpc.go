@@ -18,16 +18,24 @@ import (
 	"github.com/agentbox/agentbox/internal/fileapi"
 )
 
-// target resolves the request's target, with the error already E2B-shaped.
-func (s *service) target(h http.Header, method, procedure string) (Target, error) {
-	// The Resolver takes an *http.Request; a Connect handler has the
-	// headers only, which is all a resolver reads (E2b-Sandbox-Id,
-	// X-Access-Token, Authorization).
-	r, err := http.NewRequest(method, procedure, nil)
-	if err != nil {
-		return Target{}, connect.NewError(connect.CodeInternal, err)
+// requestKey carries the HTTP request of a Connect call in its context:
+// the Resolver takes the request itself, and a Connect handler sees only
+// its headers.
+type requestKey struct{}
+
+// withRequest puts r in its own context for target.
+func withRequest(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, r)))
+	})
+}
+
+// target resolves the call's target, with the error already E2B-shaped.
+func (s *service) target(ctx context.Context) (Target, error) {
+	r, ok := ctx.Value(requestKey{}).(*http.Request)
+	if !ok {
+		return Target{}, connect.NewError(connect.CodeInternal, errors.New("envdfs: the Connect handler was mounted without withRequest"))
 	}
-	r.Header = h
 	t, err := s.resolve(r)
 	if err != nil {
 		return Target{}, connectError(err, fromResolve)
@@ -46,7 +54,7 @@ func (s *service) withFiles(ctx context.Context, t Target, write bool, fn func(f
 }
 
 func (s *service) Stat(ctx context.Context, req *connect.Request[fspb.StatRequest]) (*connect.Response[fspb.StatResponse], error) {
-	t, err := s.target(req.Header(), http.MethodPost, req.Spec().Procedure)
+	t, err := s.target(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +78,7 @@ func (s *service) Stat(ctx context.Context, req *connect.Request[fspb.StatReques
 }
 
 func (s *service) ListDir(ctx context.Context, req *connect.Request[fspb.ListDirRequest]) (*connect.Response[fspb.ListDirResponse], error) {
-	t, err := s.target(req.Header(), http.MethodPost, req.Spec().Procedure)
+	t, err := s.target(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +123,7 @@ func (s *service) ListDir(ctx context.Context, req *connect.Request[fspb.ListDir
 // MakeDir creates the directory and its missing parents; an existing entry
 // is already_exists, which the SDK's makeDir reports as false.
 func (s *service) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeDirRequest]) (*connect.Response[fspb.MakeDirResponse], error) {
-	t, err := s.target(req.Header(), http.MethodPost, req.Spec().Procedure)
+	t, err := s.target(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +160,7 @@ func (s *service) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeDir
 // Move renames source to destination, creating the destination's missing
 // parents, as envd does.
 func (s *service) Move(ctx context.Context, req *connect.Request[fspb.MoveRequest]) (*connect.Response[fspb.MoveResponse], error) {
-	t, err := s.target(req.Header(), http.MethodPost, req.Spec().Procedure)
+	t, err := s.target(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +205,7 @@ func (s *service) Move(ctx context.Context, req *connect.Request[fspb.MoveReques
 // path is not an error, as with envd (the SDK's remove of a missing file
 // succeeds).
 func (s *service) Remove(ctx context.Context, req *connect.Request[fspb.RemoveRequest]) (*connect.Response[fspb.RemoveResponse], error) {
-	t, err := s.target(req.Header(), http.MethodPost, req.Spec().Procedure)
+	t, err := s.target(ctx)
 	if err != nil {
 		return nil, err
 	}

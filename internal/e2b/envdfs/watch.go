@@ -330,7 +330,7 @@ func keepaliveInterval(h http.Header) time.Duration {
 }
 
 func (s *service) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], stream *connect.ServerStream[fspb.WatchDirResponse]) error {
-	t, err := s.target(req.Header(), http.MethodPost, req.Spec().Procedure)
+	t, err := s.target(ctx)
 	if err != nil {
 		return err
 	}
@@ -400,7 +400,7 @@ func (ps *pollers) sweep(now time.Time) {
 }
 
 func (s *service) CreateWatcher(ctx context.Context, req *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
-	t, err := s.target(req.Header(), http.MethodPost, req.Spec().Procedure)
+	t, err := s.target(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -478,7 +478,7 @@ func (s *service) lookup(t Target, id string) (*poller, error) {
 }
 
 func (s *service) GetWatcherEvents(ctx context.Context, req *connect.Request[fspb.GetWatcherEventsRequest]) (*connect.Response[fspb.GetWatcherEventsResponse], error) {
-	t, err := s.target(req.Header(), http.MethodPost, req.Spec().Procedure)
+	t, err := s.target(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -506,7 +506,7 @@ func (s *service) GetWatcherEvents(ctx context.Context, req *connect.Request[fsp
 }
 
 func (s *service) RemoveWatcher(ctx context.Context, req *connect.Request[fspb.RemoveWatcherRequest]) (*connect.Response[fspb.RemoveWatcherResponse], error) {
-	t, err := s.target(req.Header(), http.MethodPost, req.Spec().Procedure)
+	t, err := s.target(ctx)
 	if err != nil {
 		return nil, err
 	}
