@@ -380,6 +380,44 @@ func (c *Client) Diff(ctx context.Context, id string, paths ...string) (Diff, er
 	return d, c.json(ctx, request{method: "GET", path: "/v1/workspaces/" + esc(id) + "/diff", query: url.Values{"path": paths}}, &d)
 }
 
+// Patch is the workspace's result as an mbox of git format-patch
+// messages from its base: the commits agentbox made on the branch, then
+// the uncommitted change as one more (Diff.Format is "patch").
+func (c *Client) Patch(ctx context.Context, id string) (Diff, error) {
+	var d Diff
+	return d, c.json(ctx, request{method: "GET", path: "/v1/workspaces/" + esc(id) + "/diff", query: url.Values{"format": {"patch"}}}, &d)
+}
+
+// BundleInfo describes a bundle written by Bundle.
+type BundleInfo struct {
+	ID string `json:"id"`
+	// Branch is the branch in the bundle; Tip its commit; Base its
+	// prerequisite (fetch the bundle into a clone that has it).
+	Branch string `json:"branch"`
+	Tip    string `json:"tip"`
+	Base   string `json:"base_commit"`
+	Bytes  int64  `json:"bytes"`
+	// Note says what the bundle folds together, when anything.
+	Note string `json:"note,omitempty"`
+}
+
+// Bundle writes a git bundle of the workspace's branch from its base
+// commit to w.
+func (c *Client) Bundle(ctx context.Context, id string, w io.Writer) (BundleInfo, error) {
+	resp, err := c.do(ctx, request{method: "GET", path: "/v1/workspaces/" + esc(id) + "/bundle"})
+	if err != nil {
+		return BundleInfo{}, err
+	}
+	defer resp.Body.Close()
+	info := BundleInfo{ID: id, Branch: resp.Header.Get("Agentbox-Branch"), Tip: resp.Header.Get("Agentbox-Tip"),
+		Base: resp.Header.Get("Agentbox-Base"), Note: resp.Header.Get("Agentbox-Note")}
+	info.Bytes, err = io.Copy(w, resp.Body)
+	if err != nil {
+		return info, fmt.Errorf("reading the bundle of workspace %s: %w", id, err)
+	}
+	return info, nil
+}
+
 // Author is a commit identity.
 type Author = apitypes.Author
 
@@ -387,10 +425,20 @@ type Author = apitypes.Author
 type CommitResult = apitypes.CommitResult
 
 // Commit records every change as one commit on the workspace's branch.
+// A diff that fails the check is refused (see CommitWith).
 func (c *Client) Commit(ctx context.Context, id, message string, author *Author) (CommitResult, error) {
+	return c.CommitWith(ctx, id, apitypes.CommitRequest{Message: message, Author: author})
+}
+
+// CommitRequest asks for a commit; see apitypes.CommitRequest.
+type CommitRequest = apitypes.CommitRequest
+
+// CommitWith records every change as one commit, as req says: a diff that
+// fails the check (paths outside the writable paths, secrets) is refused
+// with a conflict naming each finding, unless req.Force.
+func (c *Client) CommitWith(ctx context.Context, id string, req CommitRequest) (CommitResult, error) {
 	var r CommitResult
-	body := apitypes.CommitRequest{Message: message, Author: author}
-	return r, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/commit", body: body}, &r)
+	return r, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/commit", body: req}, &r)
 }
 
 // ForkWorkspace copies a workspace onto a new branch.
@@ -406,6 +454,18 @@ type Fork = apitypes.ForkRequest
 func (c *Client) Fork(ctx context.Context, id string, req Fork) (Workspace, error) {
 	var w Workspace
 	return w, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/fork", body: req}, &w)
+}
+
+// Forks asks for several copies of a workspace at once.
+type Forks = apitypes.ForksRequest
+
+// ForkList names the forks made.
+type ForkList = apitypes.ForkList
+
+// ForkN makes req.Count copies of a workspace at once, all or none.
+func (c *Client) ForkN(ctx context.Context, id string, req Forks) (ForkList, error) {
+	var l ForkList
+	return l, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(id) + "/forks", body: req}, &l)
 }
 
 // --- files

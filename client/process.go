@@ -161,6 +161,14 @@ func (c *Client) SignalProcess(ctx context.Context, target, id, signal string) (
 	return p, c.json(ctx, request{method: "POST", path: procPath(target, id, "signal"), body: apitypes.ProcessSignal{Signal: signal}}, &p)
 }
 
+// ResizeProcess sets the size of the terminal of a process started with
+// TTY, cols columns by rows rows (each 1 to 1000); its foreground process
+// group gets SIGWINCH. A process without a terminal is ErrInvalid.
+func (c *Client) ResizeProcess(ctx context.Context, target, id string, cols, rows int) (Process, error) {
+	var p Process
+	return p, c.json(ctx, request{method: "POST", path: procPath(target, id, "resize"), body: apitypes.ProcessResize{Cols: cols, Rows: rows}}, &p)
+}
+
 // WaitProcess waits up to timeout (0: the daemon's 30s; at most 10m) for
 // a process to end and shows it, still running if the time ran out.
 func (c *Client) WaitProcess(ctx context.Context, target, id string, timeout time.Duration) (Process, error) {

@@ -21,10 +21,10 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-// TestWsDiffCheck runs `agentbox ws diff --check` in process against the
-// real API over HTTP (manager, git and all), and the endpoint itself with
-// raw requests. No sandbox is started.
-func TestWsDiffCheck(t *testing.T) {
+// inProcessAPI serves the real API of a real manager (git, SQLite,
+// workspaces; no sandbox backend) over HTTP, in process.
+func inProcessAPI(t *testing.T) (*httptest.Server, *client.Client) {
+	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil || os.Geteuid() != 0 {
 		if os.Getenv("AGENTBOX_REQUIRE_SETUP") == "1" {
 			t.Fatal("AGENTBOX_REQUIRE_SETUP=1 but this needs git and root (workspace files are chowned)")
@@ -57,6 +57,14 @@ func TestWsDiffCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, cl
+}
+
+// TestWsDiffCheck runs `agentbox ws diff --check` in process against the
+// real API over HTTP (manager, git and all), and the endpoint itself with
+// raw requests. No sandbox is started.
+func TestWsDiffCheck(t *testing.T) {
+	srv, cl := inProcessAPI(t)
 	src := testutil.NewRepo(t, map[string]string{"README.md": "hi\n", "src/main.go": "package main\n"})
 	ws, err := cl.CreateWorkspace(t.Context(), client.CreateWorkspace{Repo: src.Dir})
 	if err != nil {
@@ -110,6 +118,13 @@ func TestWsDiffCheck(t *testing.T) {
 		{name: "policy without check", args: []string{"ws", "diff", ws.ID, "--policy", srcOnly}, code: 1, stderrHas: "--policy is only used with --check"},
 		{name: "paths with check", args: []string{"ws", "diff", ws.ID, "src", "--check"}, code: 1, stderrHas: "no paths"},
 		{name: "unknown workspace", args: []string{"ws", "diff", "ws_nope", "--check"}, code: 1, stderrHas: "ws_nope not found"},
+		// ws commit checks what it commits: refused, naming the finding,
+		// then made with --force, which says so.
+		{name: "commit refused", args: []string{"ws", "commit", ws.ID, "-m", "leak"}, code: 1,
+			stderrHas: "the commit is refused: its diff fails the check: src/token.go:3:16: github-token ghp_…(40 bytes); --force commits it anyway"},
+		{name: "commit forced", args: []string{"ws", "commit", ws.ID, "-m", "leak", "--force"}, stdoutHas: "leak\n",
+			stderrHas: "committed with --force despite the check: src/token.go:3:16: github-token ghp_…(40 bytes)"},
+		{name: "commit clean", args: []string{"ws", "commit", clean.ID, "-m", "nothing"}, code: 1, stderrHas: "nothing to commit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

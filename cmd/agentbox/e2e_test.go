@@ -425,9 +425,30 @@ func TestSecondDaemonRefused(t *testing.T) {
 	data := t.TempDir()
 	d := startDaemon(t, data)
 	defer d.stop(t)
+	// The first daemon's pid, as the refusal must name it.
+	pid := strconv.Itoa(d.cmd.Process.Pid)
 	out, errOut, code := runCLI(t, data, "", "serve", "--data", data)
-	if code == 0 || !strings.Contains(out+errOut, "another agentbox daemon is serving") {
-		t.Errorf("second daemon: exit %d, %s%s", code, out, errOut)
+	if code == 0 || !strings.Contains(out+errOut, "held by another agentbox daemon (pid "+pid+")") {
+		t.Errorf("second daemon, same socket: exit %d, %s%s", code, out, errOut)
+	}
+	// On another listener the data dir is still the first daemon's: a
+	// second one would take its sandboxes for a crash's leftovers.
+	before, err := os.ReadDir(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "serve", "--data", data, "--listen", "tcp://127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "AGENTBOX_TOKEN=second-daemon-token-0123456789")
+	combined, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(combined), "held by another agentbox daemon (pid "+pid+")") {
+		t.Errorf("second daemon on TCP: %v, %s", err, combined)
+	}
+	after, err := os.ReadDir(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != len(after) {
+		t.Errorf("the refused daemon changed the data dir: %d entries, then %d", len(before), len(after))
 	}
 	info, err := os.Stat(filepath.Join(data, "agentbox.sock"))
 	if err != nil || info.Mode().Perm() != 0o600 {

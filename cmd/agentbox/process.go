@@ -16,7 +16,7 @@ import (
 )
 
 // Background processes and ports: exec --detach, ps, logs, kill, stdin,
-// wait, port.
+// resize, wait, port.
 
 // runDetached starts req in target as a background process and prints
 // its ID (--json: the process, whose "id" is that ID). agentbox's own
@@ -268,6 +268,31 @@ func (c *cli) stdinCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&closeIt, "close", false, "close the process's input afterwards (it reads end of file)")
+	return cmd
+}
+
+func (c *cli) resizeCmd() *cobra.Command {
+	var cols, rows int
+	cmd := &cobra.Command{
+		Use:   "resize WS|SANDBOX PROC --cols N --rows N",
+		Short: "Set the size of a background process's terminal (exec --detach --tty); it gets SIGWINCH",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			p, err := cl.ResizeProcess(cmd.Context(), args[0], args[1], cols, rows)
+			if err != nil {
+				return err
+			}
+			return c.emit(p, func(w io.Writer) { fmt.Fprintf(w, "%s %s %dx%d\n", p.ID, p.State, p.Cols, p.Rows) })
+		},
+	}
+	cmd.Flags().IntVar(&cols, "cols", 0, "columns, 1 to 1000")
+	cmd.Flags().IntVar(&rows, "rows", 0, "rows, 1 to 1000")
+	cmd.MarkFlagRequired("cols")
+	cmd.MarkFlagRequired("rows")
 	return cmd
 }
 

@@ -230,7 +230,7 @@ func (c *cli) execCmd() *cobra.Command {
 	var req client.Exec
 	var noStdin, detach bool
 	cmd := &cobra.Command{
-		Use:   "exec WS|SANDBOX [--detach] [--timeout DUR] [--env K=V]... [--workdir DIR] [-n] (-- CMD ARGS... | --sh 'COMMAND LINE')",
+		Use:   "exec WS|SANDBOX [--detach] [--tty [--cols N --rows N]] [--timeout DUR] [--env K=V]... [--workdir DIR] [-n] (-- CMD ARGS... | --sh 'COMMAND LINE')",
 		Short: "Run a command in a workspace's sandbox; exits with the command's status",
 		Long: "Run a command in a workspace's sandbox; exits with the command's status.\n\n" +
 			"The command is argv after --, run without a shell, or a shell command line with --sh, run as sh -c. " +
@@ -241,7 +241,11 @@ func (c *cli) execCmd() *cobra.Command {
 			"which sees its end: `echo hi | agentbox exec WS -- cat` prints hi. -n gives the command no input.\n\n" +
 			"--detach starts the command in the background and prints its process ID (--json: {\"id\": ...}): it runs " +
 			"on until it exits, is killed or its sandbox stops; its input comes from agentbox stdin, not from agentbox's own. " +
-			"See agentbox ps, logs, kill, stdin, wait and port.",
+			"See agentbox ps, logs, kill, stdin, wait and port.\n\n" +
+			"--tty runs the command on a terminal of its own (--cols x --rows, default 80x24): everything it shows " +
+			"is its stdout, input is typed into the terminal, and the end of input types ^D; TERM is xterm-256color " +
+			"unless set. With --detach, agentbox resize changes the terminal's size. (agentbox shell is the " +
+			"interactive form, attached to your own terminal.)",
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case len(args) == 0:
@@ -255,6 +259,9 @@ func (c *cli) execCmd() *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Argv = args[1:]
+			if !req.TTY && (cmd.Flags().Changed("cols") || cmd.Flags().Changed("rows")) {
+				return fmt.Errorf("exec: --cols and --rows size a terminal: give --tty too: %w", client.ErrInvalid)
+			}
 			var stdin io.Reader
 			if !noStdin && !isTerminal(c.stdin) {
 				stdin = c.stdin
@@ -273,6 +280,9 @@ func (c *cli) execCmd() *cobra.Command {
 	fl.Int64Var(&req.MaxOutputBytes, "max-output", 0, "cap stdout and stderr each at this many bytes")
 	fl.BoolVarP(&noStdin, "no-stdin", "n", false, "do not send agentbox's stdin to the command (it reads end of file)")
 	fl.BoolVarP(&detach, "detach", "d", false, "run the command in the background and print its process ID")
+	fl.BoolVarP(&req.TTY, "tty", "t", false, "run the command on a terminal of its own (all its output is stdout)")
+	fl.IntVar(&req.Cols, "cols", 0, "the terminal's columns with --tty (default 80)")
+	fl.IntVar(&req.Rows, "rows", 0, "the terminal's rows with --tty (default 24)")
 	return cmd
 }
 

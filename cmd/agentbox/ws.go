@@ -3,18 +3,21 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/diffcheck"
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
 func (c *cli) wsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "ws", Aliases: []string{"workspace"}, Short: "Durable workspaces: one per task"}
 	cmd.AddCommand(c.wsCreateCmd(), c.wsLsCmd(), c.wsShowCmd(), c.wsRmCmd(), c.wsPathCmd(),
-		c.wsStatusCmd(), c.wsDiffCmd(), c.wsCommitCmd(), c.wsForkCmd())
+		c.wsStatusCmd(), c.wsDiffCmd(), c.wsCommitCmd(), c.wsForkCmd(), c.wsExportCmd())
 	return cmd
 }
 
@@ -226,9 +229,9 @@ func (c *cli) wsStatusCmd() *cobra.Command {
 
 func (c *cli) wsDiffCmd() *cobra.Command {
 	var check bool
-	var policyFile string
+	var policyFile, format string
 	cmd := &cobra.Command{
-		Use:   "diff WS [PATH...] [--check [--policy FILE]]",
+		Use:   "diff WS [PATH...] [--check [--policy FILE]] [--format unified|patch]",
 		Short: "Print the unified diff against the base commit (new and deleted files included)",
 		Long: `Print the unified diff against the base commit (new and deleted files included).
 
@@ -236,10 +239,19 @@ func (c *cli) wsDiffCmd() *cobra.Command {
 not: changed paths outside the policy's writable_paths and added lines that
 look like secrets (shown redacted), one line each, and exits 1 when there is
 any. The policy is --policy FILE (JSON or YAML, "-": stdin), or else the
-policy of the workspace's most recent sandbox.`,
+policy of the workspace's most recent sandbox.
+
+--format patch prints, instead, one mbox of git format-patch messages from
+the base commit, for git am: the commits agentbox made on the branch, then
+the uncommitted change as one more. Commits made inside the sandbox with
+its own git are folded into that last one (the host never reads the
+sandbox's object store), and a note on stderr says so.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if check {
+				if format != "unified" {
+					return errdefs.Invalid("--check checks the diff: no --format")
+				}
 				return c.wsDiffCheck(cmd, args, policyFile)
 			}
 			if policyFile != "" {
@@ -249,6 +261,23 @@ policy of the workspace's most recent sandbox.`,
 			if err != nil {
 				return err
 			}
+			switch format {
+			case "unified":
+			case "patch":
+				if len(args) > 1 {
+					return errdefs.Invalid("--format patch is of the whole workspace: no paths")
+				}
+				d, err := cl.Patch(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if d.Note != "" && !c.json {
+					fmt.Fprintf(c.stderr, "agentbox: %s: %s\n", d.ID, d.Note)
+				}
+				return c.emit(d, func(w io.Writer) { io.WriteString(w, d.Diff) })
+			default:
+				return errdefs.Invalid("--format %q is not unified or patch", format)
+			}
 			d, err := cl.Diff(cmd.Context(), args[0], args[1:]...)
 			if err != nil {
 				return err
@@ -257,6 +286,7 @@ policy of the workspace's most recent sandbox.`,
 		},
 	}
 	cmd.Flags().BoolVar(&check, "check", false, "check the diff for paths outside the writable paths and for secrets; exit 1 if any")
+	cmd.Flags().StringVar(&format, "format", "unified", "unified, or patch: an mbox of git format-patch messages for git am")
 	cmd.Flags().StringVar(&policyFile, "policy", "", `with --check: the policy whose writable_paths apply, JSON or YAML ("-": stdin)`)
 	return cmd
 }
@@ -331,10 +361,19 @@ func changeWord(status string) string {
 
 func (c *cli) wsCommitCmd() *cobra.Command {
 	var msg, name, email string
+	var force bool
 	cmd := &cobra.Command{
-		Use:   "commit WS -m MESSAGE",
+		Use:   "commit WS -m MESSAGE [--force]",
 		Short: "Commit every change on the workspace's branch",
-		Args:  cobra.ExactArgs(1),
+		Long: `Commit every change on the workspace's branch.
+
+The tree to be committed is checked first, as ws diff --check checks it
+(paths outside the writable paths of the workspace's latest sandbox policy,
+added lines that look like secrets, stored secret values): a commit that
+fails the check is refused, naming each finding (secrets redacted).
+--force commits it anyway; the event log records that it was forced and
+what was found.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client()
 			if err != nil {
@@ -344,17 +383,83 @@ func (c *cli) wsCommitCmd() *cobra.Command {
 			if name != "" || email != "" {
 				author = &client.Author{Name: name, Email: email}
 			}
-			r, err := cl.Commit(cmd.Context(), args[0], msg, author)
+			r, err := cl.CommitWith(cmd.Context(), args[0], client.CommitRequest{Message: msg, Author: author, Force: force})
 			if err != nil {
 				return err
+			}
+			if r.Forced && !c.json {
+				fmt.Fprintf(c.stderr, "agentbox: %s: committed with --force despite the check: %s\n", r.ID, diffcheck.Summary(*r.Findings, 20))
 			}
 			return c.emit(r, func(w io.Writer) { fmt.Fprintf(w, "[%s %s] %s\n", r.Branch, short(r.Commit), firstLine(msg)) })
 		},
 	}
 	cmd.Flags().StringVarP(&msg, "message", "m", "", "commit message (required)")
+	cmd.Flags().BoolVar(&force, "force", false, "commit a diff that fails the check (recorded in the event log)")
 	cmd.Flags().StringVar(&name, "author-name", "", "author name (default: the daemon's)")
 	cmd.Flags().StringVar(&email, "author-email", "", "author email (default: the daemon's)")
 	cmd.MarkFlagRequired("message")
+	return cmd
+}
+
+func (c *cli) wsExportCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "export WS --bundle FILE",
+		Short: "Write the workspace's branch as a git bundle",
+		Long: `Write the workspace's branch as a git bundle ("-": standard output).
+
+The bundle holds the commits agentbox made on the branch since the base
+commit, then the uncommitted change as one more; the base commit is its
+prerequisite, so fetch it into a clone that has that commit:
+
+  git fetch FILE BRANCH:BRANCH
+
+It is made by host-side git from the host-private git directory, confined
+like every host-side git over a workspace.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" {
+				return errdefs.Invalid("--bundle FILE is required")
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			if file == "-" {
+				_, err := cl.Bundle(cmd.Context(), args[0], c.stdout)
+				return err
+			}
+			tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp-")
+			if err != nil {
+				return err
+			}
+			defer os.Remove(tmp.Name())
+			info, err := cl.Bundle(cmd.Context(), args[0], tmp)
+			if err == nil {
+				err = tmp.Sync()
+			}
+			if cerr := tmp.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = os.Rename(tmp.Name(), file)
+			}
+			if err != nil {
+				return fmt.Errorf("writing the bundle to %s: %w", file, err)
+			}
+			if info.Note != "" && !c.json {
+				fmt.Fprintf(c.stderr, "agentbox: %s: %s\n", info.ID, info.Note)
+			}
+			return c.emit(struct {
+				client.BundleInfo
+				File string `json:"file"`
+			}{info, file}, func(w io.Writer) {
+				fmt.Fprintf(w, "wrote %s (%d bytes): branch %s at %s, from %s\nfetch it with: git fetch %s %s:%s\n",
+					file, info.Bytes, info.Branch, short(info.Tip), short(info.Base), file, info.Branch, info.Branch)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&file, "bundle", "", `the bundle file to write ("-": standard output)`)
 	return cmd
 }
 
@@ -370,10 +475,15 @@ func firstLine(s string) string {
 func (c *cli) wsForkCmd() *cobra.Command {
 	var req client.Fork
 	var disk string
+	var n int
 	cmd := &cobra.Command{
-		Use:   "fork WS [--branch NAME] [--task LABEL] [--disk SIZE]",
+		Use:   "fork WS [-n N] [--branch NAME] [--task LABEL] [--disk SIZE]",
 		Short: "Fork a workspace (copies only its own changes) for a parallel attempt",
-		Args:  cobra.ExactArgs(1),
+		Long: `Fork a workspace (copies only its own changes) for a parallel attempt.
+
+-n N makes N forks at once (1 to 16), all or none; with --branch, fork i is
+on BRANCH-i. With -n, --json prints {"parent": WS, "forks": [...]}.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			if req.Disk, err = sizeFlag("disk", disk); err != nil {
 				return err
@@ -381,6 +491,17 @@ func (c *cli) wsForkCmd() *cobra.Command {
 			cl, err := c.client()
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("n") {
+				l, err := cl.ForkN(cmd.Context(), args[0], client.Forks{ForkRequest: req, Count: n})
+				if err != nil {
+					return err
+				}
+				return c.emit(l, func(w io.Writer) {
+					for _, ws := range l.Forks {
+						fmt.Fprintf(w, "forked %s from %s on branch %s\n%s\n", ws.ID, args[0], ws.Branch, ws.Path)
+					}
+				})
 			}
 			ws, err := cl.Fork(cmd.Context(), args[0], req)
 			if err != nil {
@@ -391,6 +512,7 @@ func (c *cli) wsForkCmd() *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().IntVarP(&n, "n", "n", 1, "how many forks to make at once (1 to 16), all or none")
 	cmd.Flags().StringVar(&req.Branch, "branch", "", "the fork's branch (default agentbox/<id>)")
 	cmd.Flags().StringVar(&req.Task, "task", "", "task label (default: the parent's)")
 	cmd.Flags().StringVar(&disk, "disk", "", "the fork's disk quota (default: the parent's)")

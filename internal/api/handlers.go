@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/workspace"
 	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -282,6 +283,24 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	switch format := r.URL.Query().Get("format"); format {
+	case "", "unified":
+	case "patch":
+		if len(r.URL.Query()["path"]) > 0 {
+			writeError(w, errdefs.Invalid("a patch is of the whole workspace: no paths"))
+			return
+		}
+		p, e, err := s.m.Patch(r.Context(), id)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, 200, apitypes.Diff{ID: id, BaseCommit: ws.BaseCommit, Diff: string(p), Format: "patch", Note: exportNote(e)})
+		return
+	default:
+		writeError(w, errdefs.Invalid("diff format %q is not unified or patch", format))
+		return
+	}
 	d, err := s.m.Diff(r.Context(), id, r.URL.Query()["path"])
 	if err != nil {
 		writeError(w, err)
@@ -290,13 +309,37 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, apitypes.Diff{ID: id, BaseCommit: ws.BaseCommit, Diff: string(d)})
 }
 
+// exportNote says what an export folds together, or "".
+func exportNote(e workspace.Export) string {
+	if e.Foreign {
+		return "HEAD is a commit made inside the sandbox, which the host does not read: its change is exported as one commit from the last commit agentbox made"
+	}
+	return ""
+}
+
+func (s *Server) bundle(w http.ResponseWriter, r *http.Request) {
+	b, e, err := s.m.Bundle(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", binaryType)
+	w.Header().Set("Agentbox-Branch", e.Branch)
+	w.Header().Set("Agentbox-Tip", e.Tip)
+	w.Header().Set("Agentbox-Base", e.Base)
+	if note := exportNote(e); note != "" {
+		w.Header().Set("Agentbox-Note", note)
+	}
+	w.Write(b)
+}
+
 func (s *Server) commit(w http.ResponseWriter, r *http.Request) {
 	var req apitypes.CommitRequest
 	if err := decode(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	res, err := s.m.Commit(r.Context(), r.PathValue("id"), req.Message, req.Author)
+	res, err := s.m.CommitWith(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -318,6 +361,25 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.view(ws))
+}
+
+func (s *Server) forks(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.ForksRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	wss, err := s.m.ForkWorkspaces(r.Context(), id, req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := apitypes.ForkList{Parent: id, Forks: make([]apitypes.Workspace, len(wss))}
+	for i, ws := range wss {
+		out.Forks[i] = s.view(ws)
+	}
+	writeJSON(w, http.StatusCreated, out)
 }
 
 // --- events

@@ -147,6 +147,20 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, p)
 }
 
+func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.ProcessResize
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := s.m.ResizeProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), req.Cols, req.Rows)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, p)
+}
+
 func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
 	var req apitypes.ProcessWait
 	if err := decodeOptional(w, r, &req); err != nil {

@@ -55,6 +55,28 @@ func TestProcessExchangesMatchDocument(t *testing.T) {
 		t.Errorf("logs of stream both: %v", err)
 	}
 
+	term, err := f.cl.StartProcess(ctx, ws, client.Exec{Sh: "read l", TTY: true, Cols: 90, Rows: 20})
+	must("start on a terminal", err)
+	if !term.TTY || term.Cols != 90 || term.Rows != 20 {
+		t.Errorf("a process on a terminal: %+v", term)
+	}
+	r, err := f.cl.ResizeProcess(ctx, ws, term.ID, 100, 30)
+	must("resize", err)
+	if r.Cols != 100 || r.Rows != 30 {
+		t.Errorf("resized: %+v", r)
+	}
+	if _, err := f.cl.ResizeProcess(ctx, ws, term.ID, 0, 30); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("resizing to 0 columns: %v", err)
+	}
+	if _, err := f.cl.ResizeProcess(ctx, ws, p.ID, 100, 30); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("resizing a process without a terminal: %v", err)
+	}
+	if _, err := f.cl.StartProcess(ctx, ws, client.Exec{Sh: "true", Cols: 90}); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("a size without tty: %v", err)
+	}
+	_, err = f.cl.SignalProcess(ctx, ws, term.ID, "KILL")
+	must("kill the terminal's process", err)
+
 	srv, err := f.cl.StartProcess(ctx, ws, client.Exec{Argv: []string{"nc", "-l", "-p", "18001"}})
 	must("start a server", err)
 	_, err = f.cl.WriteStdin(ctx, ws, srv.ID, []byte("hi\n"), true)
@@ -84,6 +106,7 @@ func TestProcessExchangesMatchDocument(t *testing.T) {
 		"startProcess 201 application/json", "listProcesses 200 application/json", "getProcess 200 application/json",
 		"processLogs 200 application/json", "processLogs 200 application/x-ndjson", "processStdin 200 application/json",
 		"processStdin 409 application/json", "signalProcess 200 application/json", "waitProcess 200 application/json",
+		"resizeProcess 200 application/json", "resizeProcess 400 application/json",
 		"getProcess 404 application/json", "publishPort 201 application/json", "listPorts 200 application/json",
 		"unpublishPort 200 application/json", "unpublishPort 404 application/json", "publishPort 400 application/json",
 	} {

@@ -163,6 +163,17 @@ type ExecRequest struct {
 	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
 	// Stdin is fed to the command (at most 16 MiB).
 	Stdin string `json:"stdin,omitempty"`
+	// TTY runs the command on a pseudo-terminal of its own, Cols columns
+	// by Rows rows, as its controlling terminal: its stdin, stdout and
+	// stderr are the terminal, everything it shows arrives as stdout
+	// (there is no stderr), input is typed into it, and the end of input
+	// types the terminal's EOF character (^D). TERM is xterm-256color
+	// unless the image, the policy or Env sets it.
+	TTY bool `json:"tty,omitempty"`
+	// Cols and Rows are the terminal's size (default 80x24, each at most
+	// 1000); only with TTY.
+	Cols int `json:"cols,omitempty"`
+	Rows int `json:"rows,omitempty"`
 }
 
 // ExecResult is how a command ended: the last line of an exec stream.

@@ -49,6 +49,11 @@ type Process struct {
 	RingBytes int64 `json:"ring_bytes"`
 	// StdinClosed says the command's input was closed.
 	StdinClosed bool `json:"stdin_closed,omitempty"`
+	// TTY says the command runs on a terminal (its output is all stdout);
+	// Cols and Rows are the terminal's size as last set.
+	TTY  bool `json:"tty,omitempty"`
+	Cols int  `json:"cols,omitempty"`
+	Rows int  `json:"rows,omitempty"`
 }
 
 // ProcessList is the reply to a listing of processes, newest first.
@@ -113,6 +118,13 @@ type ProcessSignal struct {
 	// empty means TERM. It reaches every process of the command's tree;
 	// KILL ends the command for good.
 	Signal string `json:"signal,omitempty"`
+}
+
+// ProcessResize sets the size of a process's terminal.
+type ProcessResize struct {
+	// Cols and Rows are the new size, each 1 to 1000.
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
 }
 
 // ProcessWait waits for a process to end.

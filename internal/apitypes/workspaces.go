@@ -86,6 +86,23 @@ type ForkRequest struct {
 	Disk ByteSize `json:"disk,omitempty"`
 }
 
+// ForksRequest asks for several copies of a workspace at once, all or
+// none. With a Branch, fork i (from 1) is on BRANCH-i.
+type ForksRequest struct {
+	ForkRequest
+	// Count is how many copies, 1 to MaxForks.
+	Count int `json:"count"`
+}
+
+// MaxForks is how many copies one request makes at most.
+const MaxForks = 16
+
+// ForkList is the reply of a request for several forks.
+type ForkList struct {
+	Parent string      `json:"parent"`
+	Forks  []Workspace `json:"forks"`
+}
+
 // WorkspaceList is the reply of a workspace listing.
 type WorkspaceList struct {
 	Workspaces []Workspace `json:"workspaces"`
@@ -128,6 +145,12 @@ type Diff struct {
 	ID         string `json:"id"`
 	BaseCommit string `json:"base_commit"`
 	Diff       string `json:"diff"`
+	// Format is "patch" when Diff is an mbox of format-patch messages
+	// (format=patch): the commits the host made on the branch, then the
+	// uncommitted change as one more.
+	Format string `json:"format,omitempty"`
+	// Note says what a patch leaves out or folds together, when anything.
+	Note string `json:"note,omitempty"`
 }
 
 // Author is a commit identity.
@@ -142,6 +165,10 @@ type CommitRequest struct {
 	Message string `json:"message"`
 	// Author defaults to the daemon's configured identity.
 	Author *Author `json:"author,omitempty"`
+	// Force commits a diff that fails the check (paths outside the
+	// writable paths, secrets): the commit is refused otherwise. A forced
+	// commit is recorded, with its findings, in the event log.
+	Force bool `json:"force,omitempty"`
 }
 
 // CommitResult names the commit made.
@@ -149,6 +176,10 @@ type CommitResult struct {
 	ID     string `json:"id"`
 	Commit string `json:"commit"`
 	Branch string `json:"branch"`
+	// Forced is set when the diff failed the check and Force committed it
+	// anyway; Findings are what the check found.
+	Forced   bool        `json:"forced,omitempty"`
+	Findings *DiffReport `json:"findings,omitempty"`
 }
 
 // --- diff check

@@ -5,12 +5,14 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/egress/mitm"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/flock"
 	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -53,8 +56,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir %s: %w", cfg.DataDir, err)
 	}
-	// Listen first: a second daemon on the same socket must fail before it
-	// touches any state.
+	// One daemon per data dir, before anything else: a second one would
+	// take the first's running sandboxes for the leftovers of a crash.
+	held, err := holdDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
+	// Then listen: a second daemon on the same socket (with another data
+	// dir) must fail before it touches any state.
 	ln, addr, err := listen(cfg)
 	if err != nil {
 		return err
@@ -233,6 +243,39 @@ func listen(cfg config.Config) (net.Listener, string, error) {
 		ul.SetUnlinkOnClose(false)
 	}
 	return ln, "unix://" + sock, nil
+}
+
+// lockName is the data dir's daemon lock, which holds the holder's pid.
+const lockName = "daemon.lock"
+
+// holdDataDir locks the data dir for this daemon's lifetime, or refuses,
+// naming the pid of the live daemon that holds it. The lock is flock(2)'s:
+// it goes with its holder however that ends, so a crashed daemon never
+// blocks the next, and close-on-exec, so no child keeps it.
+func holdDataDir(dir string) (*flock.Lock, error) {
+	path := filepath.Join(dir, lockName)
+	l, err := flock.TryAcquire(path)
+	if errors.Is(err, flock.ErrHeld) {
+		holder := "unknown pid"
+		if b, rerr := os.ReadFile(path); rerr == nil {
+			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
+				holder = "pid " + strconv.Itoa(pid)
+			}
+		}
+		return nil, fmt.Errorf("data dir %s is held by another agentbox daemon (%s): stop it, or serve another --data dir: %w", dir, holder, errdefs.ErrConflict)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f := l.File()
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	if err != nil {
+		l.Unlock()
+		return nil, fmt.Errorf("recording this daemon in %s: %w", path, err)
+	}
+	return l, nil
 }
 
 // systemRoots is where Debian keeps the usual roots.

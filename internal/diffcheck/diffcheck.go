@@ -11,7 +11,9 @@ package diffcheck
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/workspace"
@@ -163,4 +165,25 @@ func scanSecrets(files []fileDiff, known []string) []SecretFinding {
 func compareSecrets(a, b SecretFinding) int {
 	return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column),
 		cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Excerpt, b.Excerpt))
+}
+
+// Summary names the findings of r on one line, at most max of them, each
+// secret by its redacted excerpt only: fit for an error or a log.
+func Summary(r Report, max int) string {
+	var parts []string
+	for _, f := range r.OutsideWritable {
+		parts = append(parts, fmt.Sprintf("%s (%s) outside the writable paths", f.Path, f.Status))
+	}
+	for _, s := range r.Secrets {
+		parts = append(parts, fmt.Sprintf("%s:%d:%d: %s %s", s.Path, s.Line, s.Column, s.Kind, s.Excerpt))
+	}
+	more := len(parts) - max
+	if more > 0 {
+		parts = parts[:max]
+	}
+	out := strings.Join(parts, "; ")
+	if more > 0 || r.Truncated {
+		out += "; and more"
+	}
+	return out
 }

@@ -4,6 +4,7 @@ package flock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -50,3 +51,27 @@ func (l *Lock) Unlock() error {
 	syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 	return l.f.Close()
 }
+
+// ErrHeld is returned by TryAcquire when another process holds the lock.
+var ErrHeld = errors.New("held by another process")
+
+// TryAcquire takes an exclusive lock on path (created if needed) without
+// waiting: ErrHeld if another open file description holds it. The lock
+// goes with the process that holds it, however it ends.
+func TryAcquire(path string) (*Lock, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if err == syscall.EWOULDBLOCK {
+			return nil, fmt.Errorf("lock %s: %w", path, ErrHeld)
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return &Lock{f: f}, nil
+}
+
+// File is the locked file, for the holder to record itself in.
+func (l *Lock) File() *os.File { return l.f }

@@ -152,9 +152,30 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 		if msg == "" {
 			msg = err.Error()
 		}
-		return nil, fmt.Errorf("git %s: %s", verb(c.Args), msg)
+		return nil, &runError{msg: fmt.Sprintf("git %s: %s", verb(c.Args), msg), err: err}
 	}
 	return out.Bytes(), nil
+}
+
+// runError is a git run that failed: its message is git's own last lines;
+// it unwraps to the *exec.ExitError, for callers that read an exit code
+// (merge-base --is-ancestor answers with one).
+type runError struct {
+	msg string
+	err error
+}
+
+func (e *runError) Error() string { return e.msg }
+func (e *runError) Unwrap() error { return e.err }
+
+// ExitCode is the exit status of the git run that failed with err, or -1
+// when err is not a git that ran and exited.
+func ExitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
 }
 
 // verb is the git subcommand, for error messages.

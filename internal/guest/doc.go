@@ -72,6 +72,14 @@
 // stdout and stderr data, and FrameExit (the result) once the command and
 // every process it started are gone.
 //
+// A command opened with TTY runs on a pseudo-terminal of the sandbox's own
+// devpts, opened by the guest as the sandbox user and made the command's
+// controlling terminal in the foreground: stdout carries everything the
+// terminal shows (there is no stderr), stdin is typed into it, a resize
+// sets its size (the command gets SIGWINCH), and stdin-close types the
+// terminal's EOF character (see ExecRequest.TTY). Signals and kills work
+// as for any command: a kill reaches the whole tree.
+//
 // # Flow control
 //
 // Each data channel of a stream (stdin, stdout, stderr) has a window of

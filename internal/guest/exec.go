@@ -46,7 +46,13 @@ type ExecRequest struct {
 	// pipe nor dies of the cap: it runs to its end or its timeout.
 	MaxOutputBytes int64
 	// TTY runs the command on a new pseudo-terminal as its controlling
-	// terminal; all output then arrives as stdout.
+	// terminal (stdin, stdout and stderr), in the foreground; all output
+	// then arrives as stdout, and input is typed into the terminal. The
+	// end of input (FrameStdinClose) types the terminal's EOF character
+	// (^D) once, as a person would: a program reading a line gets end of
+	// file; after a line without a newline it is typed twice, the first
+	// delivering the line. A program that put the terminal in raw mode
+	// gets the byte and decides what it means.
 	TTY bool
 	// Rows and Cols are the initial terminal size of a TTY (0: 24x80).
 	Rows, Cols uint16

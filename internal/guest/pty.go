@@ -52,11 +52,19 @@ func (s *PTYSession) Write(b []byte) (int, error) { return s.inW.Write(b) }
 func (s *PTYSession) Pid() int { return s.p.Pid() }
 
 // Resize changes the terminal's size; the command gets SIGWINCH.
-func (s *PTYSession) Resize(rows, cols uint16) error {
+func (s *PTYSession) Resize(rows, cols uint16) error { return s.p.Resize(rows, cols) }
+
+// Resize changes the terminal of a command started with TTY; the
+// command's foreground process group gets SIGWINCH. A command that has
+// ended is not an error: there is nothing left to resize.
+func (p *Process) Resize(rows, cols uint16) error {
+	if !p.req.TTY {
+		return fmt.Errorf("%w: resizing %q, which runs without a terminal", ErrInvalid, p.argv0)
+	}
 	if rows == 0 || cols == 0 {
 		return fmt.Errorf("%w: terminal size %dx%d", ErrInvalid, rows, cols)
 	}
-	return s.p.send(FrameResize, EncodeResize(rows, cols))
+	return p.send(FrameResize, EncodeResize(rows, cols))
 }
 
 // Signal sends sig to the command's process group.

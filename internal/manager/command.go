@@ -24,6 +24,13 @@ const (
 	// buffered exec may ask for (the stream has no such bound).
 	DefaultBufferedOutput = 1 << 20
 	MaxBufferedOutput     = 16 << 20
+	// DefaultCols and DefaultRows are the size of a terminal whose request
+	// names none; MaxTerminalSize bounds each of its columns and rows.
+	DefaultCols, DefaultRows = 80, 24
+	MaxTerminalSize          = 1000
+	// DefaultTERM is the TERM of a command on a terminal when neither the
+	// image, the policy nor the request sets one.
+	DefaultTERM = "xterm-256color"
 )
 
 // Command checks an exec request as the API (and the MCP server) take it
@@ -51,6 +58,16 @@ func Command(req apitypes.ExecRequest) (guest.ExecRequest, error) {
 		}
 	}
 	greq := guest.ExecRequest{Argv: argv, Env: req.Env, Dir: req.Workdir, MaxOutputBytes: req.MaxOutputBytes}
+	switch {
+	case req.TTY:
+		cols, rows, err := terminalSize(req.Cols, req.Rows, true)
+		if err != nil {
+			return greq, err
+		}
+		greq.TTY, greq.Cols, greq.Rows = true, uint16(cols), uint16(rows)
+	case req.Cols != 0 || req.Rows != 0:
+		return greq, errdefs.Invalid("exec request: cols and rows size a terminal: set tty too")
+	}
 	if req.Timeout != "" {
 		d, err := time.ParseDuration(req.Timeout)
 		if err != nil || d <= 0 {
@@ -59,6 +76,23 @@ func Command(req apitypes.ExecRequest) (guest.ExecRequest, error) {
 		greq.Timeout = d
 	}
 	return greq, nil
+}
+
+// terminalSize checks a terminal's size; with defaults, 0 stands for
+// DefaultCols or DefaultRows.
+func terminalSize(cols, rows int, defaults bool) (int, int, error) {
+	if defaults {
+		if cols == 0 {
+			cols = DefaultCols
+		}
+		if rows == 0 {
+			rows = DefaultRows
+		}
+	}
+	if cols < 1 || cols > MaxTerminalSize || rows < 1 || rows > MaxTerminalSize {
+		return 0, 0, errdefs.Invalid("terminal size %d columns by %d rows: each must be 1 to %d", cols, rows, MaxTerminalSize)
+	}
+	return cols, rows, nil
 }
 
 // ExecTarget checks that target names a workspace or a sandbox that

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/diffcheck"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/ids"
@@ -156,4 +157,63 @@ func testCheckDiff(t *testing.T, driver string) {
 			}
 		}
 	})
+}
+
+// TestCommitRefusesFlagged: a commit whose tree fails the check is refused
+// naming each finding, redacted, and changes nothing; with Force it is
+// made and the event records that it was forced and what was found.
+func TestCommitRefusesFlagged(t *testing.T) {
+	h := newHarness(t, workspace.Overlay)
+	ctx := t.Context()
+	w := h.create(CreateRequest{})
+	ghp := "ghp_" + strings.Repeat("a1B2", 9) // assembled: see testCheckDiff
+	h.writeFile(w.ID, "src/token.go", "package src\n\nvar token = \""+ghp+"\"\n")
+	before := h.status(w.ID)
+
+	_, err := h.m.Commit(ctx, w.ID, "leak", nil)
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("Commit of a token = %v, want ErrConflict", err)
+	}
+	for _, want := range []string{w.ID, "src/token.go:3:14: github-token ghp_…(40 bytes)", "--force"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not name %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), ghp) {
+		t.Errorf("the refusal holds the token: %v", err)
+	}
+	if after := h.status(w.ID); after.Head != before.Head || len(after.Changes) != len(before.Changes) {
+		t.Errorf("a refused commit changed the workspace: %+v, then %+v", before, after)
+	}
+
+	// A path outside the writable paths of the latest sandbox's policy.
+	h.writeFile(w.ID, "src/token.go", "package src\n")
+	h.writeFile(w.ID, ".github/workflows/x.yml", "on: push\n")
+	spec, err := json.Marshal(sandbox.Spec{Backend: "local", Image: "agentbox/busybox:latest", Policy: &policy.Policy{WritablePaths: []string{"src/**"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	if err := h.st.CreateSandbox(ctx, store.Sandbox{ID: ids.New("sb"), WorkspaceID: w.ID, Backend: "local", Image: "agentbox/busybox:latest",
+		Spec: string(spec), State: string(sandbox.StateStopped), CreatedAt: now, UpdatedAt: now, LastActivityAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Commit(ctx, w.ID, "workflow", nil); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), ".github/workflows/x.yml (A) outside the writable paths") {
+		t.Errorf("Commit outside the writable paths = %v", err)
+	}
+
+	res, err := h.m.CommitWith(ctx, w.ID, apitypes.CommitRequest{Message: "forced", Force: true})
+	if err != nil {
+		t.Fatalf("forced commit: %v", err)
+	}
+	if !res.Forced || res.Findings == nil || len(res.Findings.OutsideWritable) != 1 {
+		t.Errorf("forced commit result = %+v", res)
+	}
+	evs, err := h.m.Events(ctx, store.EventFilter{WorkspaceID: w.ID, Type: "workspace.committed"})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("commit events: %v, %v", evs, err)
+	}
+	if !strings.Contains(evs[0].Detail, `"forced":true`) || !strings.Contains(evs[0].Detail, ".github/workflows/x.yml") {
+		t.Errorf("the event of a forced commit: %s", evs[0].Detail)
+	}
 }

@@ -1,11 +1,14 @@
 package manager
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/agentbox/agentbox/internal/apitypes"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -22,6 +25,7 @@ func TestExecRequestEnv(t *testing.T) {
 		spec     sandbox.Spec
 		imageEnv []string
 		req      []string
+		tty      bool
 		want     []string
 	}{
 		{
@@ -40,12 +44,62 @@ func TestExecRequestEnv(t *testing.T) {
 			req:      []string{"PATH=/bin", "X=1"},
 			want:     []string{"LANG=C.UTF-8", "PATH=/bin", "HOME=" + sandbox.DefaultHome, "GOFLAGS=-mod=mod", "X=1"},
 		},
+		{
+			name: "a terminal gets a TERM",
+			tty:  true,
+			want: []string{"PATH=" + sandbox.DefaultPath, "HOME=" + sandbox.DefaultHome, "TERM=xterm-256color"},
+		},
+		{
+			name:     "the image's TERM is kept",
+			tty:      true,
+			imageEnv: []string{"TERM=xterm"},
+			want:     []string{"TERM=xterm", "PATH=" + sandbox.DefaultPath, "HOME=" + sandbox.DefaultHome},
+		},
+		{
+			name: "the request's TERM wins",
+			tty:  true,
+			req:  []string{"TERM=dumb"},
+			want: []string{"PATH=" + sandbox.DefaultPath, "HOME=" + sandbox.DefaultHome, "TERM=dumb"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := execRequest(tt.spec, guest.ExecRequest{Argv: []string{"true"}, Env: tt.req, Timeout: time.Second}, nil, tt.imageEnv)
+			got := execRequest(tt.spec, guest.ExecRequest{Argv: []string{"true"}, Env: tt.req, Timeout: time.Second, TTY: tt.tty}, nil, tt.imageEnv)
 			if diff := cmp.Diff(tt.want, got.Env); diff != "" {
 				t.Errorf("env (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCommandTerminal pins how an exec request's terminal is checked: the
+// default size, the bounds, and a size without tty refused.
+func TestCommandTerminal(t *testing.T) {
+	tests := []struct {
+		name       string
+		req        apitypes.ExecRequest
+		wantErr    bool
+		cols, rows uint16
+	}{
+		{name: "no terminal", req: apitypes.ExecRequest{Sh: "true"}},
+		{name: "the default size", req: apitypes.ExecRequest{Sh: "true", TTY: true}, cols: 80, rows: 24},
+		{name: "one side given", req: apitypes.ExecRequest{Sh: "true", TTY: true, Cols: 132}, cols: 132, rows: 24},
+		{name: "the largest", req: apitypes.ExecRequest{Sh: "true", TTY: true, Cols: 1000, Rows: 1000}, cols: 1000, rows: 1000},
+		{name: "too wide", req: apitypes.ExecRequest{Sh: "true", TTY: true, Cols: 1001}, wantErr: true},
+		{name: "negative", req: apitypes.ExecRequest{Sh: "true", TTY: true, Rows: -1}, wantErr: true},
+		{name: "a size without tty", req: apitypes.ExecRequest{Sh: "true", Rows: 10}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Command(tt.req)
+			if tt.wantErr {
+				if !errors.Is(err, errdefs.ErrInvalid) {
+					t.Errorf("Command: %v, want ErrInvalid", err)
+				}
+				return
+			}
+			if err != nil || got.TTY != tt.req.TTY || got.Cols != tt.cols || got.Rows != tt.rows {
+				t.Errorf("Command: %+v %v, want tty %v, %dx%d", got, err, tt.req.TTY, tt.cols, tt.rows)
 			}
 		})
 	}

@@ -15,12 +15,14 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/archive"
+	"github.com/agentbox/agentbox/internal/diffcheck"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/ids"
@@ -742,6 +744,42 @@ func (m *Manager) finishRemove(ctx context.Context, w store.Workspace) error {
 // ForkRequest asks for a copy of a workspace.
 type ForkRequest = apitypes.ForkRequest
 
+// ForkWorkspaces makes req.Count forks of workspace id at once, all or
+// none: if one fails, those made are removed and the first error returned.
+// With a branch, fork i (from 1) is on BRANCH-i.
+func (m *Manager) ForkWorkspaces(ctx context.Context, id string, req apitypes.ForksRequest) ([]store.Workspace, error) {
+	n := req.Count
+	if n < 1 || n > apitypes.MaxForks {
+		return nil, errdefs.Invalid("fork count %d is not between 1 and %d", n, apitypes.MaxForks)
+	}
+	if _, err := m.GetWorkspace(ctx, id); err != nil {
+		return nil, err
+	}
+	forks := make([]store.Workspace, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		one := req.ForkRequest
+		if one.Branch != "" && n > 1 {
+			one.Branch = fmt.Sprintf("%s-%d", req.Branch, i+1)
+		}
+		wg.Go(func() { forks[i], errs[i] = m.ForkWorkspace(ctx, id, one) })
+	}
+	wg.Wait()
+	i := slices.IndexFunc(errs, func(err error) bool { return err != nil })
+	if i < 0 {
+		return forks, nil
+	}
+	for j, w := range forks {
+		if errs[j] == nil {
+			if err := m.RemoveWorkspace(context.WithoutCancel(ctx), w.ID); err != nil {
+				m.log.WarnContext(ctx, "removing a fork after another failed", "workspace_id", w.ID, "err", err)
+			}
+		}
+	}
+	return nil, errs[i]
+}
+
 // ForkWorkspace makes an independent copy of workspace id, copying only
 // its own changes (overlay), on a new branch at the parent's head.
 func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest) (store.Workspace, error) {
@@ -993,29 +1031,115 @@ func (m *Manager) Diff(ctx context.Context, id string, paths []string) ([]byte, 
 	return d, nil
 }
 
+// Patch is workspace id's result as one mbox of format-patch messages
+// from its base commit (see workspace.Git.Patch), with what it holds.
+func (m *Manager) Patch(ctx context.Context, id string) ([]byte, workspace.Export, error) {
+	return m.export(ctx, id, workspace.Git.Patch)
+}
+
+// Bundle is a git bundle of workspace id's branch from its base commit
+// (see workspace.Git.Bundle), with what it holds.
+func (m *Manager) Bundle(ctx context.Context, id string) ([]byte, workspace.Export, error) {
+	return m.export(ctx, id, workspace.Git.Bundle)
+}
+
+func (m *Manager) export(ctx context.Context, id string, how func(workspace.Git, context.Context, string, workspace.Author) ([]byte, workspace.Export, error)) ([]byte, workspace.Export, error) {
+	w, drv, err := m.ready(ctx, id)
+	if err != nil {
+		return nil, workspace.Export{}, err
+	}
+	l := m.lock(id)
+	l.Lock()
+	defer l.Unlock()
+	b, e, err := how(m.git(w, drv), ctx, w.BaseCommit, m.cfg.Author)
+	if err != nil {
+		return nil, e, named(id, err)
+	}
+	return b, e, nil
+}
+
 // CommitResult is what a commit made.
 type CommitResult = apitypes.CommitResult
 
-// Commit records every change as a commit on the workspace's branch.
+// Commit records every change as a commit on the workspace's branch,
+// unless its diff fails the check (see CommitWith).
 func (m *Manager) Commit(ctx context.Context, id, msg string, author *workspace.Author) (CommitResult, error) {
+	return m.CommitWith(ctx, id, apitypes.CommitRequest{Message: msg, Author: author})
+}
+
+// CommitWith records every change as a commit on the workspace's branch.
+// The tree to be committed is checked first, as CheckDiff checks the
+// workspace (against the policy of its latest sandbox and the stored
+// secrets): a commit that fails the check is refused, naming each finding
+// (secrets redacted), unless req.Force, and then the event records that it
+// was forced and what was found. The tree judged is the tree committed.
+func (m *Manager) CommitWith(ctx context.Context, id string, req apitypes.CommitRequest) (CommitResult, error) {
 	w, drv, err := m.ready(ctx, id)
 	if err != nil {
 		return CommitResult{}, err
 	}
 	a := m.cfg.Author
-	if author != nil && (author.Name != "" || author.Email != "") {
-		a = *author
+	if req.Author != nil && (req.Author.Name != "" || req.Author.Email != "") {
+		a = *req.Author
+	}
+	pol, err := m.lastSandboxPolicy(ctx, id)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	known, err := m.knownSecrets(ctx, id)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	opt := diffcheck.Options{KnownSecrets: known}
+	if pol != nil {
+		opt.Writable = pol.PathWritable
 	}
 	l := m.lock(id)
 	l.Lock()
 	defer l.Unlock()
-	sha, err := m.git(w, drv).Commit(ctx, msg, a, m.cfg.UID, m.cfg.GID)
+	g := m.git(w, drv)
+	var findings *diffcheck.Report
+	vet := func(ctx context.Context, tree string) error {
+		changes, err := g.TreeChanges(ctx, w.BaseCommit, tree)
+		if err != nil {
+			return fmt.Errorf("workspace %s: checking the commit: %w", id, err)
+		}
+		d, err := g.TreeDiff(ctx, w.BaseCommit, tree)
+		if err != nil {
+			// Unscanned is not clean: too large a diff needs force.
+			if !req.Force {
+				return fmt.Errorf("workspace %s: the commit is refused: its diff cannot be checked (%v); --force commits it anyway, recorded: %w", id, err, errdefs.ErrConflict)
+			}
+			findings = &diffcheck.Report{ID: id, Truncated: true}
+			return nil
+		}
+		rep := diffcheck.Check(changes, d, opt)
+		if rep.OK {
+			return nil
+		}
+		rep.ID = id
+		if !req.Force {
+			return fmt.Errorf("workspace %s: the commit is refused: its diff fails the check: %s; --force commits it anyway, recorded: %w", id, diffcheck.Summary(rep, 20), errdefs.ErrConflict)
+		}
+		findings = &rep
+		return nil
+	}
+	sha, err := g.Commit(ctx, req.Message, a, m.cfg.UID, m.cfg.GID, vet)
 	if err != nil {
 		return CommitResult{}, named(id, err)
 	}
 	branch, _, _ := workspace.Head(drv.Files(w.Dir))
-	m.event(ctx, store.Event{Type: "workspace.committed", RepoID: w.RepoID, WorkspaceID: id}, map[string]any{"commit": sha, "branch": branch})
-	return CommitResult{ID: id, Commit: sha, Branch: branch}, nil
+	res := CommitResult{ID: id, Commit: sha, Branch: branch}
+	detail := map[string]any{"commit": sha, "branch": branch}
+	if findings != nil {
+		res.Forced, res.Findings = true, findings
+		detail["forced"] = true
+		detail["outside_writable"] = len(findings.OutsideWritable)
+		detail["secrets"] = len(findings.Secrets)
+		detail["findings"] = diffcheck.Summary(*findings, 20)
+	}
+	m.event(ctx, store.Event{Type: "workspace.committed", RepoID: w.RepoID, WorkspaceID: id}, detail)
+	return res, nil
 }
 
 // Files opens the file API of a workspace for one operation. write says

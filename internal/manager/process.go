@@ -68,6 +68,9 @@ type process struct {
 	out                        [2]*ring // stdout, stderr
 	stdin                      *stdinQueue
 	done                       chan struct{}
+	// resizeMu orders resizes, so that the terminal ends at the size the
+	// view shows.
+	resizeMu sync.Mutex
 
 	mu       sync.Mutex
 	state    string
@@ -79,6 +82,10 @@ type process struct {
 	// signaled is the last signal sent through the API: a command that
 	// it ends was killed, not lost.
 	signaled int
+	// tty says the command runs on a terminal, of cols by rows as last
+	// set.
+	tty        bool
+	cols, rows int
 }
 
 // procTable holds the processes of this daemon by workspace.
@@ -109,6 +116,7 @@ func (p *process) view() apitypes.Process {
 		Reason: p.reason, StartedAt: p.started,
 		StdoutBytes: p.out[0].written(), StderrBytes: p.out[1].written(), RingBytes: ProcessRingBytes,
 		StdinClosed: p.stdin.isClosed(),
+		TTY:         p.tty, Cols: p.cols, Rows: p.rows,
 	}
 	if !p.finished.IsZero() {
 		f := p.finished
@@ -178,6 +186,7 @@ func (m *Manager) startProcess(ctx context.Context, wsID string, req guest.ExecR
 		stdin: newStdinQueue(processStdinBytes, stdin),
 		done:  make(chan struct{}),
 		state: store.ExecRunning, exitCode: -1,
+		tty: req.TTY, cols: int(req.Cols), rows: int(req.Rows),
 	}
 	oom := m.watchOOM(bg, sb)
 	gp, err := lv.conn.Start(ctx, req, p.stdin, p.out[0], p.out[1])
@@ -537,6 +546,38 @@ func (m *Manager) SignalProcess(ctx context.Context, target, id string, req apit
 		}
 		m.event(ctx, store.Event{Type: "process.signaled", WorkspaceID: p.workspaceID, SandboxID: p.sandboxID},
 			map[string]any{"exec_id": p.id, "signal": int(sig)})
+	}
+	return p.view(), nil
+}
+
+// ResizeProcess sets the size of a background process's terminal, cols
+// columns by rows rows (each 1 to MaxTerminalSize); the command's
+// foreground process group gets SIGWINCH when the size changes. A process
+// started without a terminal is ErrInvalid; one that has ended is not an
+// error: the reply shows how it ended.
+func (m *Manager) ResizeProcess(ctx context.Context, target, id string, cols, rows int) (apitypes.Process, error) {
+	if _, _, err := terminalSize(cols, rows, false); err != nil {
+		return apitypes.Process{}, err
+	}
+	p, err := m.process(ctx, target, id)
+	if err != nil {
+		return apitypes.Process{}, err
+	}
+	if !p.tty {
+		return apitypes.Process{}, errdefs.Invalid("process %s runs without a terminal (start it with tty to resize it)", id)
+	}
+	if !p.ended() {
+		p.resizeMu.Lock()
+		err := p.gp.Resize(uint16(rows), uint16(cols))
+		if err == nil {
+			p.mu.Lock()
+			p.cols, p.rows = cols, rows
+			p.mu.Unlock()
+		}
+		p.resizeMu.Unlock()
+		if err != nil {
+			return apitypes.Process{}, fmt.Errorf("resizing the terminal of process %s: %w", id, err)
+		}
 	}
 	return p.view(), nil
 }

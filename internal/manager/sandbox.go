@@ -207,6 +207,11 @@ func execRequest(spec sandbox.Spec, req guest.ExecRequest, placeholders map[stri
 	if !env.has("HOME") {
 		env.set("HOME=" + sandbox.DefaultHome)
 	}
+	if req.TTY && !env.has("TERM") {
+		// A terminal's programs need to know what it understands; the
+		// policy and the request may say otherwise.
+		env.set("TERM=" + DefaultTERM)
+	}
 	if spec.Egress() {
 		for _, e := range proxyEnv() {
 			env.set(e)

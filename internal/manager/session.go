@@ -72,8 +72,8 @@ func (m *Manager) OpenSession(ctx context.Context, target string, req guest.Exec
 		return nil, err
 	}
 	ctx = logx.With(ctx, KeyWorkspace, wsID, KeySandbox, sb.ID, KeyExec, rec.ID)
-	req = execRequest(lv.spec, req, lv.placeholders, lv.imageEnv)
 	req.TTY = true
+	req = execRequest(lv.spec, req, lv.placeholders, lv.imageEnv)
 	pty, err := lv.conn.PTY(ctx, req)
 	if err != nil {
 		res := guest.ExecResult{ExitCode: -1, Lost: errors.Is(err, guest.ErrClosed)}

@@ -26,7 +26,8 @@ type Backend interface {
 	GetWorkspace(ctx context.Context, id string) (client.Workspace, error)
 	RemoveWorkspace(ctx context.Context, id string) error
 	Status(ctx context.Context, id string) (client.Status, error)
-	Fork(ctx context.Context, id string, req client.Fork) (client.Workspace, error)
+	// ForkN makes req.Count forks at once, all or none.
+	ForkN(ctx context.Context, id string, req client.Forks) (client.ForkList, error)
 
 	// Exec runs a command in the sandbox of workspace ws (starting one if
 	// it has none), streaming its output to stdout and stderr as it

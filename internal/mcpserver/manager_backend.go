@@ -48,8 +48,15 @@ func (b managerBackend) Status(ctx context.Context, id string) (client.Status, e
 	return b.m.Status(ctx, id)
 }
 
-func (b managerBackend) Fork(ctx context.Context, id string, req client.Fork) (client.Workspace, error) {
-	return b.m.ForkWorkspace(ctx, id, req)
+func (b managerBackend) ForkN(ctx context.Context, id string, req client.Forks) (client.ForkList, error) {
+	wss, err := b.m.ForkWorkspaces(ctx, id, req)
+	if err != nil {
+		return client.ForkList{}, err
+	}
+	for i := range wss {
+		wss[i].Path = b.m.FilesPath(wss[i])
+	}
+	return client.ForkList{Parent: id, Forks: wss}, nil
 }
 
 func (b managerBackend) Exec(ctx context.Context, ws string, req apitypes.ExecRequest, stdout, stderr io.Writer) (apitypes.ExecResult, error) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -88,7 +87,7 @@ var tools = []tool{
 // Limits of the tools, below the transport's (MaxMessageBytes).
 const (
 	// MaxForks is how many copies one fork_workspace makes at most.
-	MaxForks = 16
+	MaxForks = apitypes.MaxForks
 	// MaxWriteContent is the most a write_file carries.
 	MaxWriteContent = 8 << 20
 	// MaxInlineFiles and MaxInlineBytes bound create_workspace's files.
@@ -351,35 +350,11 @@ func (c *call) forkWorkspace(in forkIn) (forkOut, string, error) {
 	if n < 1 || n > MaxForks {
 		return forkOut{}, "", errdefs.Invalid("fork_workspace: count %d is not between 1 and %d", in.Count, MaxForks)
 	}
-	forks := make([]client.Workspace, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		req := client.Fork{Branch: in.Branch, Task: in.Task}
-		if in.Branch != "" && n > 1 {
-			req.Branch = fmt.Sprintf("%s-%d", in.Branch, i+1)
-		}
-		wg.Go(func() { forks[i], errs[i] = c.s.b.Fork(c.ctx, id, req) })
+	l, err := c.s.b.ForkN(c.ctx, id, client.Forks{ForkRequest: client.Fork{Branch: in.Branch, Task: in.Task}, Count: n})
+	if err != nil {
+		return forkOut{}, "", err
 	}
-	wg.Wait()
-	var failed error
-	for _, err := range errs {
-		if err != nil {
-			failed = err
-			break
-		}
-	}
-	if failed != nil {
-		// All or none: remove the copies that were made.
-		for i, w := range forks {
-			if errs[i] == nil {
-				if err := c.s.b.RemoveWorkspace(c.ctx, w.ID); err != nil {
-					c.s.log.Warn("removing a fork after another failed", "workspace_id", w.ID, "err", err)
-				}
-			}
-		}
-		return forkOut{}, "", failed
-	}
+	forks := l.Forks
 	out := forkOut{Parent: id}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Forked %s into %d workspaces:\n", id, n)

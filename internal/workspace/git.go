@@ -269,7 +269,19 @@ func (g Git) Changes(ctx context.Context, base string) ([]Change, error) {
 	if err := g.stage(ctx); err != nil {
 		return nil, err
 	}
-	out, err := g.run(ctx, 0, nil, "diff", "--cached", "--no-renames", "--name-status", "-z", "--no-ext-diff", base, "--")
+	return g.changes(ctx, "--cached", base)
+}
+
+// TreeChanges lists the paths that differ between commit base and tree,
+// a tree already written to hostgit (see Vet).
+func (g Git) TreeChanges(ctx context.Context, base, tree string) ([]Change, error) {
+	return g.changes(ctx, base, tree)
+}
+
+// changes runs git diff --name-status over the revisions revs.
+func (g Git) changes(ctx context.Context, revs ...string) ([]Change, error) {
+	args := append([]string{"diff", "--no-renames", "--name-status", "-z", "--no-ext-diff"}, revs...)
+	out, err := g.run(ctx, 0, nil, append(args, "--")...)
 	if err != nil {
 		return nil, err
 	}
@@ -287,11 +299,23 @@ func (g Git) Diff(ctx context.Context, base string, paths ...string) ([]byte, er
 	if err := g.stage(ctx); err != nil {
 		return nil, err
 	}
+	return g.diff(ctx, []string{"--cached", base}, paths)
+}
+
+// TreeDiff is the unified diff (with binary patches) from commit base to
+// tree, a tree already written to hostgit (see Vet).
+func (g Git) TreeDiff(ctx context.Context, base, tree string) ([]byte, error) {
+	return g.diff(ctx, []string{base, tree}, nil)
+}
+
+// diff runs git diff over the revisions revs, limited to paths.
+func (g Git) diff(ctx context.Context, revs, paths []string) ([]byte, error) {
 	max := g.MaxDiffBytes
 	if max == 0 {
 		max = 64 << 20
 	}
-	args := []string{"diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", base, "--"}
+	args := append([]string{"diff", "--binary", "--no-ext-diff", "--no-textconv", "--no-color"}, revs...)
+	args = append(args, "--")
 	for _, p := range paths {
 		// Literal pathspecs: a caller's path is a path, never git magic
 		// such as :(exclude) or a glob.
@@ -388,10 +412,17 @@ func ValidBranch(ctx context.Context, name string) error {
 // Author is a commit identity.
 type Author = apitypes.Author
 
+// Vet judges the tree a commit would record, before the commit exists:
+// an error refuses the commit. Judging the written tree, not the files,
+// means what is judged is exactly what is committed, however the files
+// change meanwhile.
+type Vet func(ctx context.Context, tree string) error
+
 // Commit records every change in the files as one commit on the
 // workspace's branch (like git add -A && git commit) and returns its name.
+// vet, if set, may refuse the tree first.
 // The commit is built in hostgit and copied into the workspace's .git.
-func (g Git) Commit(ctx context.Context, msg string, author Author, uid, gid int) (string, error) {
+func (g Git) Commit(ctx context.Context, msg string, author Author, uid, gid int, vet Vet) (string, error) {
 	if strings.TrimSpace(msg) == "" {
 		return "", errdefs.Invalid("commit message is empty")
 	}
@@ -415,22 +446,15 @@ func (g Git) Commit(ctx context.Context, msg string, author Author, uid, gid int
 			return "", fmt.Errorf("workspace %s: nothing to commit: %w", filepath.Base(g.Dir), errdefs.ErrConflict)
 		}
 	}
-	now := time.Now()
-	stamp := fmt.Sprintf("%d %s", now.Unix(), now.Format("-0700"))
-	var obj bytes.Buffer
-	fmt.Fprintf(&obj, "tree %s\n", tree)
-	if parent != "" {
-		fmt.Fprintf(&obj, "parent %s\n", parent)
+	if vet != nil {
+		if err := vet(ctx, tree); err != nil {
+			return "", err
+		}
 	}
-	fmt.Fprintf(&obj, "author %s <%s> %s\ncommitter %s <%s> %s\n\n%s", author.Name, author.Email, stamp, author.Name, author.Email, stamp, msg)
-	if !strings.HasSuffix(msg, "\n") {
-		obj.WriteByte('\n')
-	}
-	out, err = g.run(ctx, 0, &obj, "hash-object", "-t", "commit", "-w", "--stdin")
+	commit, err := g.commitObject(ctx, tree, parent, author, msg)
 	if err != nil {
 		return "", err
 	}
-	commit := strings.TrimSpace(string(out))
 	if err := g.exportObjects(ctx, uid, gid); err != nil {
 		return "", fmt.Errorf("workspace %s: copying objects: %w", filepath.Base(g.Dir), err)
 	}
@@ -457,6 +481,27 @@ func (g Git) Commit(ctx context.Context, msg string, author Author, uid, gid int
 		return "", err
 	}
 	return commit, nil
+}
+
+// commitObject writes a commit of tree on parent ("" for none) to
+// hostgit, touching no ref, and returns its name.
+func (g Git) commitObject(ctx context.Context, tree, parent string, author Author, msg string) (string, error) {
+	now := time.Now()
+	stamp := fmt.Sprintf("%d %s", now.Unix(), now.Format("-0700"))
+	var obj bytes.Buffer
+	fmt.Fprintf(&obj, "tree %s\n", tree)
+	if parent != "" {
+		fmt.Fprintf(&obj, "parent %s\n", parent)
+	}
+	fmt.Fprintf(&obj, "author %s <%s> %s\ncommitter %s <%s> %s\n\n%s", author.Name, author.Email, stamp, author.Name, author.Email, stamp, msg)
+	if !strings.HasSuffix(msg, "\n") {
+		obj.WriteByte('\n')
+	}
+	out, err := g.run(ctx, 0, &obj, "hash-object", "-t", "commit", "-w", "--stdin")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // exportObjects copies hostgit's loose objects into the workspace's

@@ -259,14 +259,14 @@ func TestGitChangesDiffCommit(t *testing.T) {
 	if _, err := slow.Changes(ctx, fx.commit); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Changes over the timeout = %v, want ErrUnavailable", err)
 	}
-	sha, err := g.Commit(ctx, "change", Author{Name: "A", Email: "a@example.invalid"}, testUID, testGID)
+	sha, err := g.Commit(ctx, "change", Author{Name: "A", Email: "a@example.invalid"}, testUID, testGID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b, c, err := Head(g.Files); err != nil || b != "work" || c != sha {
 		t.Errorf("Head after Commit = %q, %q, %v; want work at %s", b, c, err, sha)
 	}
-	if _, err := g.Commit(ctx, "again", Author{Name: "A", Email: "a@example.invalid"}, testUID, testGID); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := g.Commit(ctx, "again", Author{Name: "A", Email: "a@example.invalid"}, testUID, testGID, nil); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("Commit with nothing new = %v, want ErrConflict", err)
 	}
 	// The workspace's own git agrees, and the temp file is in no commit.
@@ -281,7 +281,7 @@ func TestGitCommitDetached(t *testing.T) {
 	g, fx := hostGit(t)
 	mustWrite(t, filepath.Join(g.Files, ".git", "HEAD"), fx.commit+"\n")
 	mustWrite(t, filepath.Join(g.Files, "x.txt"), "x\n")
-	sha, err := g.Commit(ctx, "detached", Author{Name: "A", Email: "a@example.invalid"}, testUID, testGID)
+	sha, err := g.Commit(ctx, "detached", Author{Name: "A", Email: "a@example.invalid"}, testUID, testGID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestGitCommitFollowsNoLinks(t *testing.T) {
 		os.Remove(ref)
 		symlink(t, victim, ref)
 		mustWrite(t, filepath.Join(g.Files, "x.txt"), "x\n")
-		sha, err := g.Commit(t.Context(), "x", author, testUID, testGID)
+		sha, err := g.Commit(t.Context(), "x", author, testUID, testGID, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,7 +328,7 @@ func TestGitCommitFollowsNoLinks(t *testing.T) {
 		}
 		symlink(t, victim, objects)
 		mustWrite(t, filepath.Join(g.Files, "x.txt"), "x\n")
-		if _, err := g.Commit(t.Context(), "x", author, testUID, testGID); err == nil {
+		if _, err := g.Commit(t.Context(), "x", author, testUID, testGID, nil); err == nil {
 			t.Error("Commit succeeded with .git/objects linked out of the workspace")
 		}
 		if left, _ := os.ReadDir(victim); len(left) != 0 {
@@ -343,7 +343,7 @@ func TestGitCommitFollowsNoLinks(t *testing.T) {
 		os.Remove(index)
 		symlink(t, victim, index)
 		mustWrite(t, filepath.Join(g.Files, "x.txt"), "x\n")
-		if _, err := g.Commit(t.Context(), "x", author, testUID, testGID); err != nil {
+		if _, err := g.Commit(t.Context(), "x", author, testUID, testGID, nil); err != nil {
 			t.Fatal(err)
 		}
 		if b, _ := os.ReadFile(victim); string(b) != "precious\n" {

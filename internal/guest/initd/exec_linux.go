@@ -474,6 +474,7 @@ func (st *execStream) sendMarker(credit *guest.Credit, ft guest.FrameType, limit
 // stopped reading).
 func (st *execStream) writeStdin(in io.WriteCloser, tty bool) {
 	broken := false
+	var last byte = '\n' // nothing typed yet: at the start of a line
 	for {
 		b, ok := st.stdin.next()
 		if !ok {
@@ -482,15 +483,26 @@ func (st *execStream) writeStdin(in io.WriteCloser, tty bool) {
 		if !broken {
 			if _, err := in.Write(b); err != nil {
 				broken = true
+			} else {
+				last = b[len(b)-1]
 			}
 		}
 		if st.stdin.release(len(b)) {
 			st.s.send(guest.FrameWindow, st.id, guest.EncodeWindow(guest.ChanStdin, uint32(len(b))))
 		}
 	}
-	if !tty && st.stdin.eof() {
-		in.Close()
+	if !st.stdin.eof() {
+		return
 	}
+	if tty {
+		// A terminal cannot be half-closed: its input ends the way a
+		// person ends it (see guest.ExecRequest.TTY).
+		if m, ok := in.(*ptyMaster); ok && !broken {
+			m.Write(eofKeys(m.fd, last != '\n' && last != '\r'))
+		}
+		return
+	}
+	in.Close()
 }
 
 // inQueue holds stdin frames between the read loop and the command. The

@@ -100,3 +100,24 @@ func (m *ptyMaster) Close() error {
 	m.dead.Store(true)
 	return m.f.Close()
 }
+
+// eofKeys is what ends the input of the terminal whose master is fd: its
+// EOF character (VEOF, ^D by default), twice when a line without its
+// newline may wait in the line discipline's buffer (the first ^D delivers
+// the line, the second reads as end of file), once in raw mode, where the
+// program decides what it means. A terminal whose EOF character is
+// disabled gets nothing. On Linux and gVisor the master's TCGETS reports
+// the slave's settings (the line discipline is shared).
+func eofKeys(fd int, partialLine bool) []byte {
+	eof, canonical := byte(4), true
+	if t, err := unix.IoctlGetTermios(fd, unix.TCGETS); err == nil {
+		eof, canonical = t.Cc[unix.VEOF], t.Lflag&unix.ICANON != 0
+	}
+	switch {
+	case eof == 0: // _POSIX_VDISABLE
+		return nil
+	case canonical && partialLine:
+		return []byte{eof, eof}
+	}
+	return []byte{eof}
+}

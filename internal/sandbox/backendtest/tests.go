@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -321,6 +322,105 @@ echo "child $?"`)
 		res, out, _, err := x.exec(t, guest.ExecRequest{TTY: true, Argv: []string{"sh", "-c", `t=$(tty) && echo reopened > "$t" && stat -c %u "$t"`}}, "")
 		if err != nil || res.ExitCode != 0 || !strings.Contains(out, "reopened") || !strings.Contains(out, fmt.Sprintf("\n%d", s.h.UID)) {
 			t.Errorf("reopening the terminal by name: %v %+v %q", err, res, out)
+		}
+	})
+
+	t.Run("terminal process", func(t *testing.T) {
+		// A long-running command on a terminal, driven as a person would:
+		// the terminal is its stdin, stdout and stderr and has the size
+		// asked for, typed input reaches it, a resize reaches it as
+		// SIGWINCH, the end of input reads as end of file, and a kill ends
+		// its whole tree.
+		const script = `for fd in 0 1 2; do if test -t $fd; then echo "isatty$fd yes"; else echo "isatty$fd no"; fi; done
+echo "size $(stty size)"
+t=$(tty)
+if [ "$(stat -c %d "$t")" = "$(stat -c %d /dev/pts)" ]; then echo "devpts own"; else echo "devpts other $t"; fi
+echo "pts $(ls /dev/pts | tr '\n' ' ')"
+echo "mode $(stat -c %a "$t") mount $(grep ' /dev/pts ' /proc/self/mounts)"
+echo ready
+read line; echo "got:$line"
+w=0; trap 'w=$((w+1))' WINCH
+echo armed
+while [ $w = 0 ]; do sleep 0.05; done
+echo "winch $(stty size)"
+cat; echo "eof $?"
+sleep 1234 & sleep 1234 &
+echo children
+wait`
+		inR, inW := io.Pipe()
+		defer inW.Close()
+		var out syncBuffer
+		ctx, cancel := context.WithTimeout(t.Context(), execTimeout)
+		defer cancel()
+		p, err := x.conn.Start(ctx, guest.ExecRequest{TTY: true, Rows: 30, Cols: 100, Env: x.env, Argv: []string{"sh", "-c", script}}, inR, &out, nil)
+		if err != nil {
+			t.Fatalf("starting a command on a terminal: %v", err)
+		}
+		defer p.Kill()
+		waitFor := func(want string) {
+			t.Helper()
+			if !eventually(promptly, func() bool { return strings.Contains(out.String(), want) }) {
+				t.Fatalf("the terminal never showed %q; it shows %q", want, out.String())
+			}
+		}
+		waitFor("ready")
+		for _, want := range []string{"isatty0 yes", "isatty1 yes", "isatty2 yes", "size 30 100", "devpts own"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("the terminal shows %q, want %q", out.String(), want)
+			}
+		}
+		// The terminal is its user's alone (others may neither read nor
+		// write it), and a devpts of the sandbox's own holds only its own
+		// terminals.
+		if _, mode, ok := strings.Cut(out.String(), "\nmode "); !ok || !strings.HasPrefix(mode, "6") || mode[2] != '0' {
+			t.Errorf("the terminal's mode and devpts: %q, want 6x0", mode)
+		} else {
+			mode, _, _ = strings.Cut(mode, "\r")
+			t.Logf("terminal %s", mode)
+		}
+		if _, pts, ok := strings.Cut(out.String(), "\npts "); ok {
+			pts, _, _ = strings.Cut(pts, "\r")
+			for _, e := range strings.Fields(pts) {
+				if _, err := strconv.Atoi(e); err != nil && e != "ptmx" {
+					t.Errorf("/dev/pts holds %q", e)
+				}
+			}
+		}
+		io.WriteString(inW, "hello there\n")
+		waitFor("got:hello there")
+		waitFor("armed")
+		if err := p.Resize(40, 120); err != nil {
+			t.Fatalf("Resize: %v", err)
+		}
+		waitFor("winch 40 120")
+		// The end of input types ^D: cat, blocked in read(2), reads end of
+		// file. (gVisor does not report a lone ^D to poll(2), so a program
+		// that polls first, as busybox's read does, would wait on.)
+		inW.Close()
+		waitFor("eof 0")
+		waitFor("children")
+		if err := p.Kill(); err != nil {
+			t.Fatalf("Kill: %v", err)
+		}
+		res, err := p.Wait(ctx)
+		if err != nil || !res.Canceled || res.StderrBytes != 0 {
+			t.Errorf("the killed command: %v %+v, want it canceled, with no stderr apart from the terminal", err, res)
+		}
+		if left := x.mustSh(t, `cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' '`); strings.Contains(left, "sleep 1234") {
+			t.Errorf("the killed command's children still run: %q", left)
+		}
+		// A command without a terminal cannot be resized.
+		var plain syncBuffer
+		q, err := x.conn.Start(ctx, guest.ExecRequest{Env: x.env, Argv: []string{"sh", "-c", "test -t 0 || echo no tty; read line; echo got:$line"}}, strings.NewReader("x\n"), &plain, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Resize(40, 120); !errors.Is(err, guest.ErrInvalid) {
+			t.Errorf("resizing a command without a terminal: %v, want ErrInvalid", err)
+		}
+		res, err = q.Wait(ctx)
+		if err != nil || res.ExitCode != 0 || plain.String() != "no tty\ngot:x\n" {
+			t.Errorf("a command without a terminal: %v %+v %q", err, res, plain.String())
 		}
 	})
 

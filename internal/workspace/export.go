@@ -1,0 +1,147 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/gitx"
+)
+
+// Export is the history a workspace's result leaves as: the commits from
+// Base to Tip, all of them objects of the host-private git directory.
+type Export struct {
+	// Base is the workspace's base commit.
+	Base string
+	// Head is the last commit on the branch that the host made (ws commit)
+	// and that descends from Base; Base when there is none.
+	Head string
+	// Tip is Head, or, when the files differ from Head, a commit of the
+	// files on top of it (Uncommitted).
+	Tip         string
+	Uncommitted bool
+	// Foreign says the workspace's HEAD names a commit the host does not
+	// have (made inside the sandbox with its own git): its change is in
+	// the export, as part of Tip's, but not its commits.
+	Foreign bool
+	// Branch is the workspace's branch, checked with git's rules; empty
+	// when HEAD is detached or its name is not a valid branch (a bundle
+	// then names it agentbox/export, and says so here).
+	Branch string
+}
+
+// export works out what leaves, from hostgit alone: the host never reads
+// the sandbox's object store, only its HEAD's name, which it trusts only
+// as far as hostgit knows that commit and finds base below it. The caller
+// holds the workspace's lock.
+func (g Git) export(ctx context.Context, base string, author Author) (Export, error) {
+	e := Export{Base: base, Head: base}
+	branch, head, err := Head(g.Files)
+	if err != nil {
+		return e, fmt.Errorf("workspace %s: %w", filepath.Base(g.Dir), err)
+	}
+	if branch != "" && ValidBranch(ctx, branch) == nil {
+		e.Branch = branch
+	}
+	if head != "" && head != base {
+		known, err := g.isAncestor(ctx, base, head)
+		if err != nil {
+			return e, err
+		}
+		if known {
+			e.Head = head
+		} else {
+			e.Foreign = true
+		}
+	}
+	if err := g.stage(ctx); err != nil {
+		return e, err
+	}
+	out, err := g.run(ctx, 0, nil, "write-tree")
+	if err != nil {
+		return e, err
+	}
+	tree := strings.TrimSpace(string(out))
+	out, err = g.run(ctx, 0, nil, "rev-parse", "--verify", "--end-of-options", e.Head+"^{tree}")
+	if err != nil {
+		return e, err
+	}
+	e.Tip = e.Head
+	if strings.TrimSpace(string(out)) != tree {
+		msg := "Uncommitted changes of workspace " + filepath.Base(g.Dir) + "\n"
+		if e.Foreign {
+			msg = "Changes of workspace " + filepath.Base(g.Dir) + "\n\nIncludes commits made inside the sandbox, as one change.\n"
+		}
+		if e.Tip, err = g.commitObject(ctx, tree, e.Head, author, msg); err != nil {
+			return e, err
+		}
+		e.Uncommitted = true
+	}
+	return e, nil
+}
+
+// isAncestor says whether hostgit has commit head and finds base below it.
+// head comes from the workspace's .git, checked to be an object name.
+func (g Git) isAncestor(ctx context.Context, base, head string) (bool, error) {
+	out, err := g.run(ctx, 0, strings.NewReader(head+"\n"), "cat-file", "--batch-check=%(objecttype)")
+	if err != nil {
+		return false, err
+	}
+	if strings.TrimSpace(string(out)) != "commit" {
+		return false, nil
+	}
+	_, err = g.run(ctx, 0, nil, "merge-base", "--is-ancestor", "--end-of-options", base, head)
+	if gitx.ExitCode(err) == 1 {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Patch is the workspace's result as one mbox of `git format-patch`
+// messages, from base: the commits the host made on the branch, then the
+// uncommitted change (or, when HEAD is a commit made inside the sandbox,
+// the whole change since the last host commit) as one more message by
+// author. Empty when nothing changed.
+func (g Git) Patch(ctx context.Context, base string, author Author) ([]byte, Export, error) {
+	e, err := g.export(ctx, base, author)
+	if err != nil || e.Tip == base {
+		return nil, e, err
+	}
+	max := g.MaxDiffBytes
+	if max == 0 {
+		max = 64 << 20
+	}
+	out, err := g.run(ctx, max, nil, "format-patch", "--stdout", "--binary", "--no-color", "--no-signature",
+		"--no-textconv", "--no-ext-diff", "--end-of-options", base+".."+e.Tip)
+	return out, e, err
+}
+
+// Bundle is a git bundle of the branch from base to the export's tip
+// (base is its prerequisite: fetch it into a clone that has base), with
+// the branch named as in the workspace (agentbox/export when it has none).
+func (g Git) Bundle(ctx context.Context, base string, author Author) ([]byte, Export, error) {
+	e, err := g.export(ctx, base, author)
+	if err != nil {
+		return nil, e, err
+	}
+	if e.Tip == base {
+		return nil, e, fmt.Errorf("workspace %s: nothing to bundle: no change since the base commit: %w", filepath.Base(g.Dir), errdefs.ErrConflict)
+	}
+	if e.Branch == "" {
+		e.Branch = "agentbox/export"
+	}
+	ref := "refs/heads/" + e.Branch
+	// A ref of hostgit's own, named as the bundle names it, dropped after.
+	if _, err := g.run(ctx, 0, nil, "update-ref", "--no-deref", ref, e.Tip); err != nil {
+		return nil, e, err
+	}
+	defer g.run(context.WithoutCancel(ctx), 0, nil, "update-ref", "-d", ref)
+	max := g.MaxDiffBytes
+	if max == 0 {
+		max = 64 << 20
+	}
+	out, err := g.run(ctx, max, nil, "bundle", "create", "--quiet", "-", ref, "^"+base)
+	return out, e, err
+}
