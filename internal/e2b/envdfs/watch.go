@@ -109,11 +109,13 @@ func (w *watch) stop(err error) {
 type outEvent struct {
 	rel string // below the watch's base
 	typ fspb.EventType
+	// newDir says rel is a directory that appeared in a recursive watch:
+	// it is to be watched, and what it holds already reported.
+	newDir bool
 }
 
-// translate turns raw events into reported ones, and names the
-// directories that appeared (to be watched, in a recursive watch).
-func (w *watch) translate(batch []rawEvent) (out []outEvent, newDirs []string) {
+// translate turns raw events into reported ones.
+func (w *watch) translate(batch []rawEvent) (out []outEvent) {
 	for _, ev := range batch {
 		if ev.name == "" {
 			continue // the directory's own events; its parent reports it
@@ -131,34 +133,28 @@ func (w *watch) translate(batch []rawEvent) (out []outEvent, newDirs []string) {
 		}
 		switch {
 		case ev.mask&evCreate != 0:
-			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_CREATE})
-			if isDir && w.recursive {
-				newDirs = append(newDirs, rel)
-			}
+			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_CREATE, isDir && w.recursive})
 		case ev.mask&evMovedTo != 0:
-			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_CREATE})
+			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_CREATE, isDir && w.recursive})
 			if w.tmpMoves[ev.cookie] {
 				delete(w.tmpMoves, ev.cookie)
-				out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_WRITE})
-			}
-			if isDir && w.recursive {
-				newDirs = append(newDirs, rel)
+				out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_WRITE, false})
 			}
 		case ev.mask&evModify != 0:
-			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_WRITE})
+			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_WRITE, false})
 		case ev.mask&evAttrib != 0:
-			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_CHMOD})
+			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_CHMOD, false})
 		case ev.mask&evDelete != 0:
-			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_REMOVE})
+			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_REMOVE, false})
 		case ev.mask&evMovedFrom != 0:
-			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_RENAME})
+			out = append(out, outEvent{rel, fspb.EventType_EVENT_TYPE_RENAME, false})
 			if isDir && w.recursive {
 				// Its watches would report under the old name.
 				w.dropTree(rel)
 			}
 		}
 	}
-	return out, newDirs
+	return out
 }
 
 // isBelow reports whether rel lies below dir.
@@ -251,23 +247,9 @@ func (s *service) runWatch(ctx context.Context, t Target, p spath, w *watch, inc
 					break drain
 				}
 			}
-			out, newDirs := w.translate(batch)
-			if len(newDirs) > 0 {
-				err := s.withRoot(ctx, t, func(root int) error {
-					for _, d := range newDirs {
-						found, err := w.addTree(root, d, true)
-						for _, f := range found {
-							out = append(out, outEvent{f.rel, fspb.EventType_EVENT_TYPE_CREATE})
-						}
-						if errors.Is(err, errdefs.ErrTooLarge) {
-							return err
-						}
-					}
-					return nil
-				})
-				if errors.Is(err, errdefs.ErrTooLarge) {
-					return err
-				}
+			out, err := s.follow(ctx, t, w, w.translate(batch))
+			if err != nil {
+				return err
 			}
 			events := make([]*fspb.FilesystemEvent, len(out))
 			for i, o := range out {
@@ -283,6 +265,47 @@ func (s *service) runWatch(ctx context.Context, t Target, p spath, w *watch, inc
 			}
 		}
 	}
+}
+
+// follow adds watches for the directories that appeared, and reports what
+// each already holds right after its own create event: the sandbox may
+// have filled it before the watch was in place. A client that sees a
+// directory's create event knows the directory is watched.
+func (s *service) follow(ctx context.Context, t Target, w *watch, out []outEvent) ([]outEvent, error) {
+	var dirs []string
+	for _, o := range out {
+		if o.newDir {
+			dirs = append(dirs, o.rel)
+		}
+	}
+	if len(dirs) == 0 {
+		return out, nil
+	}
+	found := map[string][]found{}
+	err := s.withRoot(ctx, t, func(root int) error {
+		for _, d := range dirs {
+			f, err := w.addTree(root, d, true)
+			found[d] = f
+			if errors.Is(err, errdefs.ErrTooLarge) {
+				return err
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errdefs.ErrTooLarge) {
+		return nil, err
+	}
+	all := make([]outEvent, 0, len(out))
+	for _, o := range out {
+		all = append(all, o)
+		if o.newDir {
+			for _, f := range found[o.rel] {
+				all = append(all, outEvent{f.rel, fspb.EventType_EVENT_TYPE_CREATE, false})
+			}
+			delete(found, o.rel) // a directory created twice in a batch
+		}
+	}
+	return all, nil
 }
 
 // addEntries looks up the entry of each event whose entry should exist,
