@@ -110,7 +110,7 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 		}
 		f.ws = ws
 		t.Cleanup(func() {
-			if err := m.RemoveWorkspace(context.Background(), ws.ID); err != nil {
+			if err := m.RemoveWorkspace(context.Background(), ws.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("cleanup: %v", err)
 			}
 		})
@@ -383,4 +383,3 @@ func noTemp(t *testing.T, dir string) {
 	})
 }
 
-var _ = errors.New

@@ -58,6 +58,10 @@ const (
 	evIsDir     = unix.IN_ISDIR
 )
 
+// maxWatchesPerWorkspace bounds the watches (streams and polling
+// watchers) open at once on one workspace.
+const maxWatchesPerWorkspace = 128
+
 // maxDirEntries bounds the entries read from one directory while adding
 // watches to a tree.
 const maxDirEntries = 100000
@@ -76,6 +80,9 @@ func (hs *hubs) acquire(ws string) (*hub, error) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if h := hs.m[ws]; h != nil {
+		if h.refs >= maxWatchesPerWorkspace {
+			return nil, fmt.Errorf("workspace %s has %d watches already: %w", ws, h.refs, errdefs.ErrTooLarge)
+		}
 		h.refs++
 		return h, nil
 	}

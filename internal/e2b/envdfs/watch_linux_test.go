@@ -275,3 +275,45 @@ func (hs *hubs) count() int {
 	defer hs.mu.Unlock()
 	return len(hs.m)
 }
+
+// TestWatchEndsWithWorkspace: removing the workspace (which unmounts it)
+// ends its watches, and no watch keeps the removal from finishing.
+func TestWatchEndsWithWorkspace(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	os.Mkdir(filepath.Join(f.files, "sub"), 0o755)
+	s, err := f.watch(t, &fspb.WatchDirRequest{Path: "/workspace", Recursive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw, err := f.fs.CreateWatcher(t.Context(), connect.NewRequest(&fspb.CreateWatcherRequest{Path: "sub"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.RemoveWorkspace(t.Context(), f.ws.ID); err != nil {
+		t.Fatalf("removing a watched workspace: %v", err)
+	}
+	timer := time.NewTimer(eventWait)
+	defer timer.Stop()
+	for open := true; open; {
+		select {
+		case _, open = <-s.events:
+		case <-timer.C:
+			t.Fatal("the watch outlived its workspace")
+		}
+	}
+	deadline := time.Now().Add(eventWait)
+	for {
+		_, err := f.fs.GetWatcherEvents(t.Context(), connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: cw.Msg.GetWatcherId()}))
+		if err != nil {
+			wantCode(t, err, connect.CodeNotFound, "")
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the polling watcher outlived its workspace")
+		}
+		time.Sleep(20 * time.Millisecond) // the client's polling interval
+	}
+	if n := f.svc.hubs.count(); n != 0 {
+		t.Errorf("%d hubs left", n)
+	}
+}
