@@ -34,6 +34,26 @@
 // Replies name entries under the root the client used: a listing of
 // "/workspace/src" reports "/workspace/src/main.go", one of "src" reports
 // "/home/user/src/main.go".
+//
+// # What differs from envd
+//
+//   - Owner and group of every entry are Target.User: the workspace belongs
+//     to the sandbox user.
+//   - File metadata (X-Metadata-* headers, EntryInfo.metadata) is not
+//     stored: the headers are ignored and the map is always empty.
+//   - Limits: a download is at most fileapi's 64 MiB (413 beyond), an
+//     upload request at most 256 MiB after decoding (413) and the
+//     workspace's disk quota (507, NotEnoughSpaceError); a listing at most
+//     10000 entries (failed_precondition). A recursive watch follows at
+//     most 4096 directories, a workspace has at most 128 watches, and a
+//     watch whose client falls 4096 events behind ends with
+//     failed_precondition.
+//   - A watch never follows a symlink, not even to a directory inside the
+//     workspace. allow_network_mounts is accepted and means nothing.
+//   - Entries made in a new directory before its watch is in place are
+//     reported as created right after the directory's own create event.
+//   - A watch ends (unavailable) when the sandbox stops, and (without
+//     error) when the watched directory is removed or moved away.
 package envdfs
 
 import (

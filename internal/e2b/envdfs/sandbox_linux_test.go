@@ -194,6 +194,7 @@ func TestSandboxWatch(t *testing.T) {
 		s.until(t, ev{"d", "create"}, 30*time.Second)
 		f.sh(t, `cd /workspace && echo hi > d/f && echo more >> d/f && mv d/f d/g && chmod 600 d/g && rm d/g && mkdir -p d/e/n && echo x > d/e/n/deep && touch done`)
 		got := s.until(t, ev{"done", "create"}, 30*time.Second)
+		t.Logf("events of the command: %v", got)
 		for _, want := range []ev{{"d/f", "create"}, {"d/f", "write"}, {"d/f", "rename"}, {"d/g", "create"}, {"d/g", "chmod"}, {"d/g", "remove"}, {"d/e", "create"}} {
 			if !contains(got, want) {
 				t.Errorf("no %v among the events of the sandbox's commands: %v", want, got)
