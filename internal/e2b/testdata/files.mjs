@@ -51,14 +51,17 @@ async function rejects(promise, cls, what) {
   throw new Error(`${what}: did not fail`)
 }
 
-// waitFor resolves with the first event that matches, or rejects after ms.
+// eventWaiter records a watch's events; waitFor resolves with the first
+// event that matches, or rejects after ms.
 function eventWaiter(ms = 15000) {
   const seen = []
+  const events = []
   const waiters = []
   return {
     seen,
     onEvent(e) {
       seen.push(`${e.type} ${e.name}`)
+      events.push(e)
       for (const w of waiters) {
         if (w.match(e)) w.resolve(e)
       }
@@ -66,7 +69,8 @@ function eventWaiter(ms = 15000) {
     waitFor(type, name) {
       const match = (e) => e.type === type && e.name === name
       return new Promise((resolve, reject) => {
-        if (seen.includes(`${type} ${name}`)) return resolve()
+        const earlier = events.find(match)
+        if (earlier) return resolve(earlier)
         const t = setTimeout(() => reject(new Error(`no ${type} event for ${name} within ${ms} ms; saw ${JSON.stringify(seen)}`)), ms)
         waiters.push({ match, resolve: (e) => { clearTimeout(t); resolve(e) } })
       })
@@ -85,6 +89,13 @@ try {
   await sbx.files.write('bin/data.bin', bin)
   const back = await sbx.files.read('bin/data.bin', { format: 'bytes' })
   check(back instanceof Uint8Array && Buffer.from(back).equals(Buffer.from(bin)), 'read bytes', Array.from(back))
+  await sbx.files.write('gz/zipped.txt', 'compressed on the wire', { gzip: true })
+  check((await sbx.files.read('gz/zipped.txt')) === 'compressed on the wire', 'write with gzip')
+  const blob = await sbx.files.read('bin/data.bin', { format: 'blob' })
+  check(Buffer.from(await blob.arrayBuffer()).equals(Buffer.from(bin)), 'read as a blob')
+  const chunks = []
+  for await (const c of await sbx.files.read('gz/zipped.txt', { format: 'stream' })) chunks.push(Buffer.from(c))
+  check(Buffer.concat(chunks).toString() === 'compressed on the wire', 'read as a stream')
   await sbx.files.write('empty.txt', '')
   check((await sbx.files.read('empty.txt')) === '', 'read an empty file')
   const many = await sbx.files.write([
@@ -146,6 +157,13 @@ try {
   await r.waitFor('write', 'nested/deep.txt')
   await rh.stop()
   checks++
+
+  const ie = eventWaiter()
+  const ih = await sbx.files.watchDir('watched', (e) => ie.onEvent(e), { includeEntry: true })
+  await sbx.files.write('watched/entry.txt', 'with entry')
+  const ev = await ie.waitFor('write', 'entry.txt')
+  check(ev.entry && ev.entry.path === `${home}/watched/entry.txt` && ev.entry.type === 'file', 'watch event with its entry', ev)
+  await ih.stop()
 
   // Errors the SDK knows.
   await rejects(sbx.files.read('missing.txt'), FileNotFoundError, 'read of a missing file')
