@@ -282,10 +282,14 @@ func (s *service) follow(ctx context.Context, t Target, w *watch, out []outEvent
 		return out, nil
 	}
 	found := map[string][]found{}
+	n := 0
 	err := s.withRoot(ctx, t, func(root int) error {
 		for _, d := range dirs {
 			f, err := w.addTree(root, d, true)
 			found[d] = f
+			if n += len(f); n > cap(w.q) {
+				err = fmt.Errorf("watching %s: new directories hold more than %d entries: %w", w.base, cap(w.q), errdefs.ErrTooLarge)
+			}
 			if errors.Is(err, errdefs.ErrTooLarge) {
 				return err
 			}

@@ -273,8 +273,10 @@ func (w *watch) close() {
 // addTree adds watches on rel and, for a recursive watch, every directory
 // below it (breadth first, within maxWatches). With report, it returns the
 // entries found below rel, which were created before their directory was
-// watched and so had no event. Directories that vanish or turn into
-// symlinks meanwhile are skipped; only rel itself must be watchable.
+// watched and so had no event, at most cap(w.q) of them (more fail the
+// call with ErrTooLarge, as a client that far behind would). Directories
+// that vanish or turn into symlinks meanwhile are skipped; only rel itself
+// must be watchable.
 func (w *watch) addTree(root int, rel string, report bool) ([]found, error) {
 	if err := w.addDir(root, rel); err != nil {
 		return nil, err
@@ -294,6 +296,9 @@ func (w *watch) addTree(root int, rel string, report bool) ([]found, error) {
 		for _, c := range children {
 			crel := path.Join(dir, c.name)
 			if report {
+				if len(out) >= cap(w.q) {
+					return out, fmt.Errorf("watching %s: new directory %s holds more than %d entries: %w", w.base, rel, cap(w.q), errdefs.ErrTooLarge)
+				}
 				out = append(out, found{rel: crel, dir: c.dir})
 			}
 			if !c.dir {

@@ -317,3 +317,31 @@ func TestWatchEndsWithWorkspace(t *testing.T) {
 		t.Errorf("%d hubs left", n)
 	}
 }
+
+// TestWatchNewDirBound: a directory moved into a recursive watch holding
+// more entries than the watch may queue ends the watch with an error
+// rather than growing without bound.
+func TestWatchNewDirBound(t *testing.T) {
+	f := newFixture(t, fixtureOpts{opts: Options{MaxPending: 64}})
+	os.Mkdir(filepath.Join(f.files, "w"), 0o755)
+	full := filepath.Join(f.files, "full")
+	os.Mkdir(full, 0o755)
+	for i := range 100 {
+		os.WriteFile(filepath.Join(full, fmt.Sprint(i)), nil, 0o644)
+	}
+	s, err := f.watch(t, &fspb.WatchDirRequest{Path: "w", Recursive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Rename(full, filepath.Join(f.files, "w", "full"))
+	timer := time.NewTimer(eventWait)
+	defer timer.Stop()
+	for open := true; open; {
+		select {
+		case _, open = <-s.events:
+		case <-timer.C:
+			t.Fatal("the watch took a directory over its bound")
+		}
+	}
+	wantCode(t, s.err, connect.CodeFailedPrecondition, "more than 64 entries")
+}
