@@ -6,8 +6,11 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/sandbox"
 )
+
+// workspaceDir is where every sandbox mounts its workspace
+// (sandbox.WorkspaceDir, which a surface does not import; a test pins it).
+const workspaceDir = "/workspace"
 
 // spath is a client path mapped onto the workspace.
 type spath struct {
@@ -64,7 +67,7 @@ func (t Target) resolvePath(p string) (spath, error) {
 // not absolute.
 func (t Target) home() string {
 	if !strings.HasPrefix(t.Home, "/") {
-		return sandbox.WorkspaceDir
+		return workspaceDir
 	}
 	return path.Clean(t.Home)
 }
@@ -73,7 +76,7 @@ func (t Target) home() string {
 // and the home when it lies outside /workspace (and is not "/", which
 // would alias the whole file system).
 func (t Target) roots() []string {
-	ws := sandbox.WorkspaceDir
+	ws := workspaceDir
 	h := t.home()
 	if h == "/" || h == ws || strings.HasPrefix(h, ws+"/") || strings.HasPrefix(ws, h+"/") {
 		return []string{ws}

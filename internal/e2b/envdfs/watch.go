@@ -18,7 +18,6 @@ import (
 	"github.com/agentbox/agentbox/internal/e2b/envdfs/fspb"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
-	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // How events are reported.
@@ -57,6 +56,13 @@ const (
 	maxPollers = 64
 	// batchMax bounds the raw events handled in one go.
 	batchMax = 256
+)
+
+// The sandbox states in which a watch goes on (sandbox.StateRunning and
+// StateCreating, pinned by a test).
+const (
+	stateRunning  = "running"
+	stateCreating = "creating"
 )
 
 // rawEvent is one inotify event as a watch sees it.
@@ -342,7 +348,7 @@ func (s *service) sandboxEnded(ctx context.Context, t Target) error {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is gone", t.SandboxID))
 	case err != nil:
 		return nil // a passing store error ends no watch
-	case sb.State != string(sandbox.StateRunning) && sb.State != string(sandbox.StateCreating):
+	case sb.State != stateRunning && sb.State != stateCreating:
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is %s", t.SandboxID, sb.State))
 	}
 	return nil
