@@ -52,8 +52,10 @@
 //     workspace. allow_network_mounts is accepted and means nothing.
 //   - Entries made in a new directory before its watch is in place are
 //     reported as created right after the directory's own create event.
-//   - A watch ends (unavailable) when the sandbox stops, and (without
-//     error) when the watched directory is removed or moved away.
+//   - A watch ends (with the Resolver's error, e.g. unavailable) once its
+//     request no longer resolves: the sandbox was killed or paused; and
+//     without error when the watched directory is removed or moved away,
+//     or the workspace is removed.
 package envdfs
 
 import (
@@ -66,7 +68,10 @@ import (
 // Target is the agentbox side of one E2B sandbox, resolved by the caller
 // from the request (E2b-Sandbox-Id header, access token).
 type Target struct {
-	// SandboxID is the agentbox sandbox; a watch ends when it stops.
+	// SandboxID is the agentbox sandbox running the E2B sandbox's
+	// commands, if any. envdfs does not depend on it: a watch learns that
+	// the E2B sandbox ended by resolving its request again (every 2 s),
+	// so the Resolver must fail for a killed or paused sandbox.
 	SandboxID string
 	// WorkspaceID is the workspace whose files are served.
 	WorkspaceID string

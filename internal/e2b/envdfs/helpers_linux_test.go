@@ -84,6 +84,9 @@ type fixtureOpts struct {
 	m      *manager.Manager
 	ws     store.Workspace
 	target Target
+	// alive, when set, is asked by the resolver whether the sandbox
+	// still runs, as package e2b's resolver checks its registry.
+	alive func(context.Context) error
 }
 
 func newFixture(t *testing.T, o fixtureOpts) *fixture {
@@ -124,6 +127,11 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 		}
 		if id := r.Header.Get(testSandboxHeader); id != f.e2bID {
 			return Target{}, errdefs.NotFound("sandbox", id)
+		}
+		if o.alive != nil {
+			if err := o.alive(r.Context()); err != nil {
+				return Target{}, err
+			}
 		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -382,4 +390,3 @@ func noTemp(t *testing.T, dir string) {
 		return nil
 	})
 }
-

@@ -25,9 +25,9 @@ func TestImports(t *testing.T) {
 	}
 }
 
-// TestSandboxConstants pins the copies of sandbox constants.
+// TestSandboxConstants pins the copy of sandbox.WorkspaceDir.
 func TestSandboxConstants(t *testing.T) {
-	if workspaceDir != sandbox.WorkspaceDir || stateRunning != string(sandbox.StateRunning) || stateCreating != string(sandbox.StateCreating) {
-		t.Errorf("constants drifted from package sandbox: %q %q %q", workspaceDir, stateRunning, stateCreating)
+	if workspaceDir != sandbox.WorkspaceDir {
+		t.Errorf("workspaceDir %q, package sandbox says %q", workspaceDir, sandbox.WorkspaceDir)
 	}
 }

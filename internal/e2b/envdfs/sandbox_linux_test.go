@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/backend/docker"
 	"github.com/agentbox/agentbox/internal/backend/local"
 	"github.com/agentbox/agentbox/internal/e2b/envdfs/fspb"
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/manager"
@@ -161,7 +162,14 @@ func newSandboxFixture(t *testing.T, name string) *fixture {
 	if err != nil {
 		t.Fatalf("CreateSandbox on %s: %v", name, err)
 	}
-	return newFixture(t, fixtureOpts{m: m, ws: ws, target: Target{SandboxID: sb.ID, WorkspaceID: ws.ID, User: "user", Home: "/home/user"}})
+	alive := func(ctx context.Context) error {
+		cur, err := m.GetSandbox(ctx, sb.ID)
+		if err == nil && cur.State != string(sandbox.StateRunning) {
+			err = fmt.Errorf("sandbox %s is %s: %w", sb.ID, cur.State, errdefs.ErrUnavailable)
+		}
+		return err
+	}
+	return newFixture(t, fixtureOpts{m: m, ws: ws, alive: alive, target: Target{SandboxID: sb.ID, WorkspaceID: ws.ID, User: "user", Home: "/home/user"}})
 }
 
 // sh runs script in the fixture's sandbox and returns its stdout.
@@ -222,8 +230,8 @@ func TestSandboxWatch(t *testing.T) {
 			t.Errorf("download of a file the sandbox wrote: %d %q", status, body)
 		}
 
-		// The sandbox stops: the watch ends, unavailable (the SDK's
-		// "sandbox is gone").
+		// The sandbox stops (the resolver fails for it now): the watch
+		// ends, unavailable (the SDK's "sandbox is gone").
 		if _, err := f.m.StopSandbox(t.Context(), f.target.SandboxID); err != nil {
 			t.Fatal(err)
 		}

@@ -44,7 +44,8 @@ const tempPrefix = ".agentbox-tmp-"
 
 // Watch timings.
 const (
-	// aliveEvery is how often a watch checks that its sandbox still runs.
+	// aliveEvery is how often a watch asks the Resolver again whether its
+	// request still names a running sandbox.
 	aliveEvery = 2 * time.Second
 	// defaultKeepalive is the keepalive interval when the client names
 	// none (the SDK asks for 50 s in the Keepalive-Ping-Interval header).
@@ -56,13 +57,6 @@ const (
 	maxPollers = 64
 	// batchMax bounds the raw events handled in one go.
 	batchMax = 256
-)
-
-// The sandbox states in which a watch goes on (sandbox.StateRunning and
-// StateCreating, pinned by a test).
-const (
-	stateRunning  = "running"
-	stateCreating = "creating"
 )
 
 // rawEvent is one inotify event as a watch sees it.
@@ -222,8 +216,9 @@ func (s *service) startWatch(ctx context.Context, t Target, p spath, recursive b
 }
 
 // runWatch reports w's events through emit until ctx ends, w stops, the
-// sandbox stops, or emit or tick fail. tick runs every keepalive interval.
-func (s *service) runWatch(ctx context.Context, t Target, p spath, w *watch, includeEntry bool, keepalive time.Duration, emit func(*fspb.FilesystemEvent) error, tick func() error) error {
+// sandbox ends (r, resolved again every aliveEvery, fails or names another
+// workspace), or emit or tick fail. tick runs every keepalive interval.
+func (s *service) runWatch(ctx context.Context, r *http.Request, t Target, p spath, w *watch, includeEntry bool, keepalive time.Duration, emit func(*fspb.FilesystemEvent) error, tick func() error) error {
 	alive := time.NewTicker(aliveEvery)
 	defer alive.Stop()
 	keep := time.NewTicker(keepalive)
@@ -235,7 +230,7 @@ func (s *service) runWatch(ctx context.Context, t Target, p spath, w *watch, inc
 		case <-w.done:
 			return w.err
 		case <-alive.C:
-			if err := s.sandboxEnded(ctx, t); err != nil {
+			if err := s.stillThere(r, t); err != nil {
 				return err
 			}
 		case <-keep.C:
@@ -336,20 +331,16 @@ func (s *service) addEntries(ctx context.Context, t Target, p spath, out []outEv
 	})
 }
 
-// sandboxEnded returns an unavailable error once t's sandbox is gone or
-// stopped: the watch of a sandbox ends with it.
-func (s *service) sandboxEnded(ctx context.Context, t Target) error {
-	if t.SandboxID == "" {
-		return nil
+// stillThere resolves the watch's request again: the sandbox's watches end
+// with it (killed, paused, its token gone), whatever becomes of the
+// agentbox sandbox that runs its commands, which may be replaced meanwhile.
+func (s *service) stillThere(r *http.Request, t Target) error {
+	now, err := s.resolve(r)
+	if err != nil {
+		return connectError(err, fromResolve)
 	}
-	sb, err := s.m.GetSandbox(ctx, t.SandboxID)
-	switch {
-	case errors.Is(err, errdefs.ErrNotFound):
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is gone", t.SandboxID))
-	case err != nil:
-		return nil // a passing store error ends no watch
-	case sb.State != stateRunning && sb.State != stateCreating:
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is %s", t.SandboxID, sb.State))
+	if now.WorkspaceID != t.WorkspaceID {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the sandbox no longer holds workspace %s", t.WorkspaceID))
 	}
 	return nil
 }
@@ -380,7 +371,8 @@ func (s *service) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchD
 	if err := stream.Send(start); err != nil {
 		return err
 	}
-	err = s.runWatch(ctx, t, p, w, req.Msg.GetIncludeEntry(), keepaliveInterval(req.Header()),
+	r, _ := ctx.Value(requestKey{}).(*http.Request)
+	err = s.runWatch(ctx, r, t, p, w, req.Msg.GetIncludeEntry(), keepaliveInterval(req.Header()),
 		func(e *fspb.FilesystemEvent) error {
 			return stream.Send(&fspb.WatchDirResponse{Event: &fspb.WatchDirResponse_Filesystem{Filesystem: e}})
 		},
@@ -404,8 +396,10 @@ func newPollers() *pollers { return &pollers{m: map[string]*poller{}} }
 // poller is one polling watcher: a watch run by its own goroutine into a
 // bounded buffer that GetWatcherEvents drains.
 type poller struct {
-	id, sandboxID, workspaceID string
-	cancel                     context.CancelFunc
+	// workspaceID owns the watcher: the E2B sandbox, whichever agentbox
+	// sandbox runs it.
+	id, workspaceID string
+	cancel          context.CancelFunc
 	// ended is closed when the goroutine returns.
 	ended chan struct{}
 
@@ -445,13 +439,13 @@ func (s *service) CreateWatcher(ctx context.Context, req *connect.Request[fspb.C
 	s.pollers.mu.Lock()
 	n := 0
 	for _, q := range s.pollers.m {
-		if q.sandboxID == t.SandboxID && q.workspaceID == t.WorkspaceID {
+		if q.workspaceID == t.WorkspaceID {
 			n++
 		}
 	}
 	s.pollers.mu.Unlock()
 	if n >= maxPollers {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s has %d watchers already; remove one first", t.SandboxID, n))
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the sandbox has %d watchers already; remove one first", n))
 	}
 	w, err := s.startWatch(ctx, t, p, req.Msg.GetRecursive())
 	if err != nil {
@@ -464,14 +458,20 @@ func (s *service) CreateWatcher(ctx context.Context, req *connect.Request[fspb.C
 	}
 	// The watcher outlives this request.
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	q := &poller{id: id, sandboxID: t.SandboxID, workspaceID: t.WorkspaceID, cancel: cancel, ended: make(chan struct{}), lastPoll: time.Now()}
+	q := &poller{id: id, workspaceID: t.WorkspaceID, cancel: cancel, ended: make(chan struct{}), lastPoll: time.Now()}
+	// The request outlives its handler here: resolve a copy that is not
+	// cancelled with it.
+	var r *http.Request
+	if orig, ok := ctx.Value(requestKey{}).(*http.Request); ok {
+		r = orig.Clone(wctx)
+	}
 	s.pollers.mu.Lock()
 	s.pollers.m[id] = q
 	s.pollers.mu.Unlock()
 	go func() {
 		defer close(q.ended)
 		defer w.close()
-		err := s.runWatch(wctx, t, p, w, req.Msg.GetIncludeEntry(), pollIdle/4,
+		err := s.runWatch(wctx, r, t, p, w, req.Msg.GetIncludeEntry(), pollIdle/4,
 			func(e *fspb.FilesystemEvent) error {
 				q.mu.Lock()
 				defer q.mu.Unlock()
@@ -499,12 +499,12 @@ func (s *service) CreateWatcher(ctx context.Context, req *connect.Request[fspb.C
 	return connect.NewResponse(&fspb.CreateWatcherResponse{WatcherId: id}), nil
 }
 
-// lookup finds the watcher id of t's sandbox.
+// lookup finds the watcher id of t's sandbox (its workspace).
 func (s *service) lookup(t Target, id string) (*poller, error) {
 	s.pollers.mu.Lock()
 	defer s.pollers.mu.Unlock()
 	q := s.pollers.m[id]
-	if q == nil || q.sandboxID != t.SandboxID || q.workspaceID != t.WorkspaceID {
+	if q == nil || q.workspaceID != t.WorkspaceID {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher %q not found", id))
 	}
 	return q, nil

@@ -259,7 +259,7 @@ func TestPollingWatcher(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the client's polling interval
 	}
 	// Another sandbox's client does not find it.
-	f.setTarget(Target{SandboxID: "sb_other", WorkspaceID: f.ws.ID, User: "user", Home: "/home/user"})
+	f.setTarget(Target{WorkspaceID: "ws_other", User: "user", Home: "/home/user"})
 	_, err = f.fs.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: id}))
 	wantCode(t, err, connect.CodeNotFound, id)
 	f.setTarget(Target{WorkspaceID: f.ws.ID, User: "user", Home: "/home/user"})
