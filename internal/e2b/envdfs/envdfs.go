@@ -44,7 +44,8 @@
 //   - Limits: a download is at most fileapi's 64 MiB (413 beyond), an
 //     upload request at most 256 MiB after decoding (413) and the
 //     workspace's disk quota (507, NotEnoughSpaceError); a listing at most
-//     10000 entries (failed_precondition). A recursive watch follows at
+//     10000 entries (failed_precondition), and a deep listing lists .git
+//     without descending into it; one upload holds at most 10000 files. A recursive watch follows at
 //     most 4096 directories, a workspace has at most 128 watches, and a
 //     watch whose client falls 4096 events behind ends with
 //     failed_precondition.

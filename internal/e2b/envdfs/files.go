@@ -75,6 +75,10 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// maxUploadFiles bounds the files of one upload (each is a write and an
+// event in the workspace's log).
+const maxUploadFiles = 10000
+
 // writtenEntry is one element of the upload reply.
 type writtenEntry struct {
 	Path string `json:"path"`
@@ -163,6 +167,10 @@ func (s *service) upload(w http.ResponseWriter, r *http.Request) {
 			if part.FormName() != "file" {
 				part.Close()
 				continue
+			}
+			if len(written) >= maxUploadFiles {
+				writeHTTPError(w, errdefs.Invalid("the upload holds more than %d files; send them in several", maxUploadFiles), fromFiles)
+				return
 			}
 			name := q.Get("path")
 			if hasPath && len(written) > 0 {
