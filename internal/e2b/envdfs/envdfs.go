@@ -41,11 +41,11 @@
 //     to the sandbox user.
 //   - File metadata (X-Metadata-* headers, EntryInfo.metadata) is not
 //     stored: the headers are ignored and the map is always empty.
-//   - Limits: a download is at most fileapi's 64 MiB (413 beyond), an
-//     upload request at most 256 MiB after decoding (413) and the
-//     workspace's disk quota (507, NotEnoughSpaceError); a listing at most
-//     10000 entries (failed_precondition), and a deep listing lists .git
-//     without descending into it; one upload holds at most 10000 files. A recursive watch follows at
+//   - Limits: a download is at most fileapi's 64 MiB (413 beyond); an
+//     upload request at most 256 MiB after decoding (413), 10000 files,
+//     and the workspace's disk quota (507, NotEnoughSpaceError); a listing
+//     at most 10000 entries (failed_precondition), and a deep listing
+//     lists .git without descending into it. A recursive watch follows at
 //     most 4096 directories, a workspace has at most 128 watches, and a
 //     watch whose client falls 4096 events behind ends with
 //     failed_precondition.
