@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/e2b/envdfs/fspb"
 )
@@ -169,4 +170,44 @@ func listingDiff(a, b map[string]string) string {
 		}
 	}
 	return d
+}
+
+// TestUploadSwapRace: uploads (and the cleanup of a refused one) into a
+// directory that the sandbox swaps with a symlink to a host directory in a
+// tight loop write nothing outside the workspace.
+func TestUploadSwapRace(t *testing.T) {
+	f := newFixture(t, fixtureOpts{opts: Options{MaxUpload: 64 << 10}})
+	outside := t.TempDir()
+	before := listing(t, outside)
+	os.MkdirAll(filepath.Join(f.files, "d"), 0o755)
+	os.Symlink(outside, filepath.Join(f.files, "l"))
+	done := make(chan struct{})
+	swapped := make(chan int)
+	go func() {
+		n := 0
+		defer func() { swapped <- n }()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if unix.Renameat2(unix.AT_FDCWD, filepath.Join(f.files, "d"), unix.AT_FDCWD, filepath.Join(f.files, "l"), unix.RENAME_EXCHANGE) == nil {
+				n++
+			}
+		}
+	}()
+	big := bytes.Repeat([]byte("z"), 128<<10)
+	for i := range 200 {
+		f.postFiles(t, "", upload{fmt.Sprintf("d/new%d/f", i%7), []byte("pwned")})
+		f.postRaw(t, fmt.Sprintf("?path=l/deep%d/g", i%5), big, false, true) // refused: its parents are removed again
+	}
+	close(done)
+	if n := <-swapped; n < 100 {
+		t.Errorf("only %d swaps happened during the uploads", n)
+	}
+	if diff := listingDiff(before, listing(t, outside)); diff != "" {
+		t.Errorf("the host directory changed: %s", diff)
+	}
+	noTemp(t, f.files)
 }
