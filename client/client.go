@@ -668,3 +668,68 @@ func (c *Client) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	var out apitypes.EventList
 	return out.Events, c.json(ctx, request{method: "GET", path: "/v1/events", query: q}, &out)
 }
+
+// --- review
+
+// ReviewRequest asks for a candidate; see apitypes.ReviewRequest.
+type ReviewRequest = apitypes.ReviewRequest
+
+// Candidate is a result up for review, with its evidence.
+type Candidate = apitypes.Candidate
+
+// Review makes a candidate of a workspace (see apitypes.ReviewRequest).
+func (c *Client) Review(ctx context.Context, ws string, req ReviewRequest) (Candidate, error) {
+	var out Candidate
+	return out, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(ws) + "/candidates", body: req}, &out)
+}
+
+// Candidates lists a workspace's candidates, newest first.
+func (c *Client) Candidates(ctx context.Context, ws string) ([]Candidate, error) {
+	var out apitypes.CandidateList
+	return out.Candidates, c.json(ctx, request{method: "GET", path: "/v1/workspaces/" + esc(ws) + "/candidates"}, &out)
+}
+
+// GetCandidate returns a candidate.
+func (c *Client) GetCandidate(ctx context.Context, id string) (Candidate, error) {
+	var out Candidate
+	return out, c.json(ctx, request{method: "GET", path: "/v1/candidates/" + esc(id)}, &out)
+}
+
+// Decide approves (approve true) or rejects a candidate, as actor, for a
+// reason.
+func (c *Client) Decide(ctx context.Context, id string, approve bool, actor, reason string) (Candidate, error) {
+	verb := "reject"
+	if approve {
+		verb = "approve"
+	}
+	var out Candidate
+	return out, c.json(ctx, request{method: "POST", path: "/v1/candidates/" + esc(id) + "/" + verb,
+		body: apitypes.DecisionRequest{Reason: reason, Actor: actor}}, &out)
+}
+
+// Push sends the workspace's newest approved candidate to its remote.
+func (c *Client) Push(ctx context.Context, ws string) (Candidate, error) {
+	var out Candidate
+	return out, c.json(ctx, request{method: "POST", path: "/v1/workspaces/" + esc(ws) + "/push"}, &out)
+}
+
+// ForgeBinding is how the daemon reaches a forge host.
+type ForgeBinding = apitypes.ForgeBinding
+
+// SetForge binds a forge host (f.Host) to its API kind and the stored
+// secret with its token.
+func (c *Client) SetForge(ctx context.Context, f ForgeBinding) (ForgeBinding, error) {
+	var out ForgeBinding
+	return out, c.json(ctx, request{method: "PUT", path: "/v1/forges/" + esc(f.Host), body: f}, &out)
+}
+
+// Forges lists the forge bindings.
+func (c *Client) Forges(ctx context.Context) ([]ForgeBinding, error) {
+	var out apitypes.ForgeList
+	return out.Forges, c.json(ctx, request{method: "GET", path: "/v1/forges"}, &out)
+}
+
+// RemoveForge drops a host's binding.
+func (c *Client) RemoveForge(ctx context.Context, host string) error {
+	return c.json(ctx, request{method: "DELETE", path: "/v1/forges/" + esc(host)}, nil)
+}

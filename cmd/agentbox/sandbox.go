@@ -87,7 +87,7 @@ sandbox may reach through the egress proxy (host, host:port or *.domain).`,
 	fl := cmd.Flags()
 	fl.StringVar(&req.Workspace, "ws", "", "workspace ID (required)")
 	fl.StringVar(&req.Backend, "backend", "", "docker, gvisor or local (default: the daemon's)")
-	fl.StringVar(&req.Image, "image", "", "image (default: the daemon's)")
+	fl.StringVar(&req.Image, "image", "", "image: a name in the engine, or oci:DIR[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE (a path on the daemon's host); default: the daemon's")
 	fl.Float64Var(&req.Limits.CPUs, "cpus", 0, "CPU quota in cores")
 	fl.StringVar(&memory, "memory", "", "memory limit, e.g. 512M or 2G (no swap)")
 	fl.Int64Var(&req.Limits.Pids, "pids", 0, "process limit")

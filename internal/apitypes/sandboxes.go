@@ -161,11 +161,13 @@ type GCRequest struct {
 
 // GCItem is one object the collector removed, or would remove.
 type GCItem struct {
-	// Tier is 1 (sandboxes), 2 (pristine checkouts), 3 (repo caches) or
-	// 4 (clean workspaces); Kind says which.
+	// Tier is 0 (unpacked images, outside the data dir), 1 (sandboxes),
+	// 2 (pristine checkouts), 3 (repo caches) or 4 (clean workspaces);
+	// Kind says which.
 	Tier int    `json:"tier"`
-	Kind string `json:"kind" enum:"sandbox,pristine,repo,workspace"`
-	// ID is the object's ID (a sandbox, pristine, repo or workspace).
+	Kind string `json:"kind" enum:"image,sandbox,pristine,repo,workspace"`
+	// ID is the object's ID (an image id, a sandbox, pristine, repo or
+	// workspace).
 	ID string `json:"id"`
 	// Bytes is what removing it frees: its allocated blocks that nothing
 	// outside it links to.

@@ -23,4 +23,9 @@ type Jail struct {
 	// Writable are paths it may also write (the host-private git
 	// directory).
 	Writable []string
+	// Network adds, read-only, what a git that reaches a remote needs of
+	// /etc: name resolution and the system's certificate roots. (The jail
+	// has the host's network: only a push, whose remote the user named,
+	// sets it.)
+	Network bool
 }

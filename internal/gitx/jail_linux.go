@@ -52,6 +52,10 @@ var jailTools = sync.OnceValues(func() (jailBase, error) {
 	return jailBase{bwrap: bwrap, git: git, args: a}, nil
 })
 
+// netFiles are what name resolution and TLS verification read.
+var netFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf",
+	"/etc/ssl", "/etc/ca-certificates", "/etc/ca-certificates.conf"}
+
 // command is the bubblewrap command line that runs git with args inside j,
 // in dir ("" for the root).
 func (j *Jail) command(dir string, args []string) (string, []string, error) {
@@ -82,6 +86,11 @@ func (j *Jail) command(dir string, args []string) (string, []string, error) {
 			flag = "--bind"
 		}
 		a = append(a, flag, b.path, b.path)
+	}
+	if j.Network {
+		for _, p := range netFiles {
+			a = append(a, "--ro-bind-try", p, p)
+		}
 	}
 	if dir == "" {
 		dir = "/"

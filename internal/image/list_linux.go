@@ -25,19 +25,24 @@ type Runnable struct {
 	Why map[string]string `json:"why,omitempty"`
 }
 
-// ListRunnable lists every tagged image in the engine (agentbox's and any other) and the
-// root file systems `image build --no-engine` left under dataDir/images, each with the
-// backends that can run it. cacheDir is the local backend's cache of unpacked images. An
+// ListRunnable lists every tagged image in the engine (agentbox's and any other), the
+// root file systems `image build --no-engine` left under dataDir/images, and the images
+// named by path that a backend has used (image.RecordPath), each with the backends that
+// can run it. cacheDir is the local backend's cache of unpacked images. An
 // unreachable engine leaves only the unpacked root file systems.
 func ListRunnable(ctx context.Context, dataDir, cacheDir string) ([]Runnable, error) {
 	_, bwrapErr := exec.LookPath("bwrap")
 	var out []Runnable
 	seen := map[string]bool{}
+	runtimes := map[string]bool{}
 	if c, err := connect(ctx); err == nil {
 		defer c.Close()
 		info, err := c.Info(ctx, client.InfoOptions{})
 		if err != nil {
 			return nil, engineErr("asking the engine for its runtimes", err)
+		}
+		for r := range info.Info.Runtimes {
+			runtimes[r] = true
 		}
 		res, err := c.ImageList(ctx, client.ImageListOptions{})
 		if err != nil {
@@ -96,6 +101,49 @@ func ListRunnable(ctx context.Context, dataDir, cacheDir string) ([]Runnable, er
 		}
 		out = append(out, r)
 	}
+	// Images named by path that a backend has used: any backend can run
+	// one while its path still holds it (docker and gvisor load it into
+	// the engine on first use, local unpacks it).
+	for _, rec := range PathRecords(cacheDir) {
+		if pr, err := ParsePathRef(rec.Ref); err != nil || !exists(pr.Path) {
+			continue // gone: no image any more (the collector forgets it)
+		}
+		r := Runnable{Image: Image{Name: rec.Ref, ID: rec.ID, Created: rec.Used}, Why: map[string]string{}}
+		if u, ok := CachedID(cacheDir, rec.ID); ok {
+			r.Rootfs, r.LocalUnpacked = u.Rootfs, true
+		}
+		id, _, err := InspectPath(rec.Ref)
+		switch {
+		case err != nil:
+			for _, b := range []string{"docker", "gvisor", "local"} {
+				r.Why[b] = "the path holds no valid image now"
+			}
+		case id != rec.ID:
+			r.ID = id
+			r.Rootfs, r.LocalUnpacked = "", false
+			if u, ok := CachedID(cacheDir, id); ok {
+				r.Rootfs, r.LocalUnpacked = u.Rootfs, true
+			}
+		}
+		if err == nil {
+			for _, b := range []struct{ name, runtime string }{{"docker", "runc"}, {"gvisor", "runsc"}} {
+				switch {
+				case len(runtimes) == 0:
+					r.Why[b.name] = "no engine"
+				case runtimes[b.runtime]:
+					r.Backends = append(r.Backends, b.name)
+				default:
+					r.Why[b.name] = "the engine has no " + b.runtime + " runtime"
+				}
+			}
+			if bwrapErr != nil {
+				r.Why["local"] = "bubblewrap is not installed"
+			} else {
+				r.Backends = append(r.Backends, "local")
+			}
+		}
+		out = append(out, r)
+	}
 	for i := range out {
 		if len(out[i].Why) == 0 {
 			out[i].Why = nil
@@ -113,3 +161,8 @@ func ListRunnable(ctx context.Context, dataDir, cacheDir string) ([]Runnable, er
 
 // String is a short description for errors and logs.
 func (r Runnable) String() string { return fmt.Sprintf("%s %v", r.Name, r.Backends) }
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}

@@ -21,22 +21,15 @@ import (
 	"github.com/agentbox/agentbox/internal/flock"
 )
 
-// Config is an image's run configuration as the local backend honours it.
-type Config struct {
-	// Env is the image's ENV, "KEY=value".
-	Env []string `json:"env,omitempty"`
-	// WorkingDir is its WORKDIR.
-	WorkingDir string `json:"working_dir,omitempty"`
-	// User is its USER.
-	User string `json:"user,omitempty"`
-}
-
 // Unpacked is an image unpacked into the cache.
 type Unpacked struct {
 	// ID is the engine's image id ("sha256:...").
 	ID string `json:"id"`
 	// Name is the reference it was unpacked as.
 	Name string `json:"name"`
+	// Source is the path reference (oci:..., oci-archive:...,
+	// docker-archive:...) it was unpacked from; empty for the engine's.
+	Source string `json:"source,omitempty"`
 	// Rootfs is the unpacked root file system.
 	Rootfs string `json:"rootfs"`
 	// Config is the image's run configuration.
@@ -68,18 +61,6 @@ func CachedID(cacheDir, id string) (Unpacked, bool) {
 	}
 	u.Rootfs = filepath.Join(cacheDir, hexID, "rootfs")
 	return u, true
-}
-
-// idHex is the hex digest of an image id, validated.
-func idHex(id string) (string, bool) {
-	h, ok := strings.CutPrefix(id, "sha256:")
-	if !ok || len(h) != 64 {
-		return "", false
-	}
-	if _, err := hex.DecodeString(h); err != nil {
-		return "", false
-	}
-	return h, true
 }
 
 // Unpack returns the root file system and config of the engine's image name, unpacking
@@ -143,7 +124,10 @@ func Unpack(ctx context.Context, name, cacheDir string) (Unpacked, error) {
 	if err := os.WriteFile(filepath.Join(tmp, unpackedFile), b, 0o644); err != nil {
 		return fail(err)
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	// Root only: an image's setuid files must not be a way up for the
+	// host's other users. Sandboxes reach the root file system through
+	// the local backend's stage, bound as root.
+	if err := os.Chmod(tmp, 0o700); err != nil {
 		return fail(err)
 	}
 	final := filepath.Join(cacheDir, hexID)

@@ -2,6 +2,8 @@ package manager
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -64,11 +66,43 @@ func TestExecRequestEnv(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := execRequest(tt.spec, guest.ExecRequest{Argv: []string{"true"}, Env: tt.req, Timeout: time.Second, TTY: tt.tty}, nil, tt.imageEnv)
+			got := execRequest(tt.spec, guest.ExecRequest{Argv: []string{"true"}, Env: tt.req, Timeout: time.Second, TTY: tt.tty}, nil, imageRun{env: tt.imageEnv})
 			if diff := cmp.Diff(tt.want, got.Env); diff != "" {
 				t.Errorf("env (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestExecRequestWorkdir: a request without a directory starts in the
+// image's WORKDIR; one with its own keeps it.
+func TestExecRequestWorkdir(t *testing.T) {
+	img := imageRun{workdir: "/opt/app"}
+	if got := execRequest(sandbox.Spec{}, guest.ExecRequest{Argv: []string{"true"}}, nil, img); got.Dir != "/opt/app" {
+		t.Errorf("no directory: %q, want the image's WORKDIR", got.Dir)
+	}
+	if got := execRequest(sandbox.Spec{}, guest.ExecRequest{Argv: []string{"true"}, Dir: "/workspace/sub"}, nil, img); got.Dir != "/workspace/sub" {
+		t.Errorf("the request's directory: %q", got.Dir)
+	}
+	if got := execRequest(sandbox.Spec{}, guest.ExecRequest{Argv: []string{"true"}}, nil, imageRun{}); got.Dir != "" {
+		t.Errorf("no WORKDIR: %q, want the guest's default", got.Dir)
+	}
+}
+
+// TestWritableHome: only a home under /tmp or an existing directory of the
+// workspace is one commands can write; a link out of the workspace is not.
+func TestWritableHome(t *testing.T) {
+	files := t.TempDir()
+	os.MkdirAll(filepath.Join(files, "home/app"), 0o755)
+	os.Symlink("/etc", filepath.Join(files, "out"))
+	for home, want := range map[string]bool{
+		"/tmp/home/app": true, "/workspace": true, "/workspace/home/app": true,
+		"/workspace/missing": false, "/workspace/out": false, "/workspacex": false,
+		"/home/app": false, "/tmp": false, "": false, "relative": false,
+	} {
+		if got := writableHome(home, files); got != want {
+			t.Errorf("writableHome(%q) = %v, want %v", home, got, want)
+		}
 	}
 }
 

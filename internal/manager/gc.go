@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,13 +26,22 @@ const (
 	GCPristine  = "pristine"
 	GCRepo      = "repo"
 	GCWorkspace = "workspace"
+	// GCImage is an unpacked image in a backend's cache (outside the data
+	// dir): its ID is the image id.
+	GCImage = "image"
 )
 
 // GCKinds are every kind, in tier order.
-var GCKinds = []string{GCSandbox, GCPristine, GCRepo, GCWorkspace}
+var GCKinds = []string{GCImage, GCSandbox, GCPristine, GCRepo, GCWorkspace}
 
 // The collector's tiers, in the order it goes through them.
 const (
+	// TierImages: unpacked images (the local backend's cache, outside the
+	// data dir) whose image is gone from the engine or from the path that
+	// named it and that no sandbox runs from. They are garbage whatever
+	// the budget: every run removes them, and their bytes do not count
+	// against the data dir's usage.
+	TierImages = 0
 	// TierSandboxes: what is left of stopped and lost sandboxes, then
 	// running sandboxes that are idle (no command running, no activity for
 	// Config.IdleTimeout). Their workspaces stay.
@@ -138,6 +148,7 @@ func (m *Manager) GC(ctx context.Context, req GCRequest, now time.Time) (GCRepor
 	rep := GCReport{DryRun: req.DryRun, BudgetBytes: budget, UsageBytes: u.Bytes, Method: u.Method, Items: []GCItem{}}
 	r := &gcRun{m: m, now: now, dryRun: req.DryRun, rep: &rep, usage: u.Bytes, budget: budget,
 		goneWS: map[string]bool{}, gonePC: map[string]int64{}, goneRepos: map[string]bool{}}
+	r.images(ctx)
 	// Removing workspaces frees their checkouts and repos in turn: the
 	// checkout and repo tiers run again after them.
 	tiers := []func(context.Context) ([]gcCandidate, error){r.sandboxes, r.pristines, r.repos, r.workspaces, r.pristines, r.repos}
@@ -258,6 +269,41 @@ func removeDir(dir string) error {
 		return fmt.Errorf("removing %s: %w", dir, err)
 	}
 	return nil
+}
+
+// --- tier 0: unpacked images
+
+// images asks every backend that keeps unpacked images to collect them.
+// Its removals are reported and logged like the tiers', but their bytes
+// are not the data dir's, so they leave the budget's accounting alone.
+func (r *gcRun) images(ctx context.Context) {
+	m := r.m
+	for _, name := range slices.Sorted(maps.Keys(m.cfg.Backends)) {
+		ic, ok := m.cfg.Backends[name].(sandbox.ImageCollector)
+		if !ok {
+			continue
+		}
+		items, err := ic.CollectImages(ctx, r.dryRun)
+		if err != nil {
+			m.log.WarnContext(ctx, "collector: unpacked images", "backend", name, "err", err)
+		}
+		for _, it := range items {
+			item := GCItem{Tier: TierImages, Kind: GCImage, ID: it.ID, Bytes: it.Bytes, Removed: it.Removed, Error: it.Error,
+				Reason: fmt.Sprintf("%s image %s unpacked for the %s backend: %s", it.Name, it.ID, name, it.Reason)}
+			if item.ID == "" {
+				item.ID = it.Name
+			}
+			r.rep.Items = append(r.rep.Items, item)
+			if !it.Removed {
+				continue
+			}
+			m.event(ctx, store.Event{Actor: "gc", Type: "gc.removed"}, map[string]any{"kind": GCImage, "id": item.ID, "bytes": it.Bytes, "reason": item.Reason, "tier": TierImages})
+			if o, ok := m.cfg.Observer.(GCObserver); ok {
+				o.ObserveGCRemoval(GCImage)
+			}
+			m.log.InfoContext(ctx, "collector removed", "kind", GCImage, "id", item.ID, "bytes", it.Bytes, "reason", item.Reason)
+		}
+	}
 }
 
 // --- tier 1: sandboxes

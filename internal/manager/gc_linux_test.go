@@ -7,15 +7,20 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/agentbox/agentbox/internal/backend/local"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/sandbox/backendtest"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/testutil"
 	"github.com/agentbox/agentbox/internal/workspace"
@@ -412,5 +417,71 @@ func TestGCNoBudget(t *testing.T) {
 	rep := h.gc(GCRequest{Budget: 1 << 40}, time.Now())
 	if len(rep.Items) != 0 || !rep.UnderBudget || !slices.Equal(before.Repos, h.gcState().Repos) {
 		t.Errorf("GC within the budget: %+v", rep)
+	}
+}
+
+// TestGCUnpackedImages: every collection, whatever the budget, removes
+// the local backend's unpacked images whose engine image is gone, reports
+// them as tier 0, and keeps those whose image is still there.
+func TestGCUnpackedImages(t *testing.T) {
+	if err := exec.Command("docker", "image", "inspect", "agentbox/busybox:latest").Run(); err != nil {
+		backendtest.SkipOrFail(t, "the engine's busybox image is missing: "+err.Error())
+	}
+	h := newHarness(t, workspace.Overlay)
+	cache := t.TempDir()
+	lb, err := local.New(local.Options{StateDir: filepath.Join(h.data, "local"), ImagesDir: filepath.Join(h.data, "images"), ImageCache: cache})
+	if err != nil {
+		backendtest.SkipOrFail(t, "the local backend is unavailable: "+err.Error())
+	}
+	t.Cleanup(func() { lb.Close() })
+	obs := &gcObserver{removed: map[string]int{}}
+	prev := h.configure
+	h.configure = func(c *Config) {
+		if prev != nil {
+			prev(c)
+		}
+		c.Backends = map[string]sandbox.Backend{"local": lb}
+		c.Observer = obs
+	}
+	h.reopen()
+
+	name := fmt.Sprintf("agentbox-test/gc:%d", time.Now().UnixNano())
+	build := exec.Command("docker", "build", "-q", "-t", name, "-")
+	build.Stdin = strings.NewReader("FROM agentbox/busybox:latest\nLABEL gc=" + name + "\n")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("docker build: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", name).Run() })
+	gone, err := image.Unpack(t.Context(), name, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := image.Unpack(t.Context(), "agentbox/busybox:latest", cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec.Command("docker", "rmi", "-f", name).Run()
+
+	rep := h.gc(GCRequest{Budget: 1 << 50}, time.Now())
+	if d := cmp.Diff([]string{"0/image/" + gone.ID}, gcKeys(rep)); d != "" {
+		t.Fatalf("items (-want +got):\n%s", d)
+	}
+	if it := rep.Items[0]; !it.Removed || it.Bytes <= 0 || !strings.Contains(it.Reason, "engine no longer has it") {
+		t.Errorf("item %+v", it)
+	}
+	if _, err := os.Stat(gone.Rootfs); !os.IsNotExist(err) {
+		t.Errorf("%s is still there: %v", gone.Rootfs, err)
+	}
+	if _, err := os.Stat(kept.Rootfs); err != nil {
+		t.Errorf("%s went: %v", kept.Rootfs, err)
+	}
+	if obs.removed[GCImage] != 1 {
+		t.Errorf("observed removals %v", obs.removed)
+	}
+	if evs := h.gcEvents(); len(evs) != 1 || evs[0]["kind"] != GCImage || evs[0]["id"] != gone.ID {
+		t.Errorf("events %v", evs)
+	}
+	if rep := h.gc(GCRequest{Budget: 1 << 50}, time.Now()); len(rep.Items) != 0 {
+		t.Errorf("second run: %+v", rep.Items)
 	}
 }

@@ -126,6 +126,9 @@ type Config struct {
 	WorkspaceRetention time.Duration
 	// WarmPool lists the warm pools to keep filled (see pool.go).
 	WarmPool []PoolSpec
+	// AutoApprove approves a candidate at once when every check passed
+	// (see Review); without it, a person decides.
+	AutoApprove bool
 }
 
 // Observer receives the manager's measurements. The manager holds only

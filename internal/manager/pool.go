@@ -616,7 +616,9 @@ func (m *Manager) claimPooled(ctx context.Context, w store.Workspace, spec sandb
 		return store.Sandbox{}, fmt.Errorf("pooled sandbox %s: moving its run directory: %w", e.id, err)
 	}
 	e.dir = dir
-	lv := &live{ln: e.ln, conn: e.conn, spec: spec, workspaceID: w.ID, task: w.Task, imageEnv: m.imageEnv(ctx, spec)}
+	// A pooled sandbox's image started once already: its config reads.
+	img, _ := m.imageEnv(ctx, spec, m.FilesPath(w))
+	lv := &live{ln: e.ln, conn: e.conn, spec: spec, workspaceID: w.ID, task: w.Task, imageEnv: img}
 	m.armLifetime(lv, sb.ID)
 	m.liveMu.Lock()
 	m.live[sb.ID] = lv

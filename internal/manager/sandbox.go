@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -43,9 +44,9 @@ type live struct {
 	// placeholders stand for the policy's secrets in every command's
 	// environment.
 	placeholders map[string]string
-	// imageEnv is the image's ENV, where every command's environment
-	// starts (see execRequest).
-	imageEnv []string
+	// imageEnv is what the image gives every command: its ENV, where the
+	// environment starts, and its WORKDIR (see execRequest).
+	imageEnv imageRun
 	// inflight counts the commands picked to run here and not yet ended:
 	// a sandbox with any is not idle.
 	inflight atomic.Int64
@@ -169,24 +170,105 @@ func diskFits(spec sandbox.Spec, w store.Workspace) error {
 	return nil
 }
 
-// imageEnv is the ENV of a sandbox's image, as its backend reads it. An
-// image whose config cannot be read gives none (a warning): its commands
-// still get the default PATH and HOME.
-func (m *Manager) imageEnv(ctx context.Context, spec sandbox.Spec) []string {
+// imageRun is what a sandbox's image gives each command.
+type imageRun struct {
+	// env is the image's ENV, with USER, LOGNAME and HOME of its USER's
+	// account where the ENV sets none (see Manager.imageEnv).
+	env []string
+	// workdir is the image's WORKDIR: where a command that names no
+	// directory starts. Empty: guest.DefaultWorkdir.
+	workdir string
+}
+
+// imageEnv reads what a sandbox's image gives each command, as its
+// backend reads the image; files is the host path of the workspace's
+// files. A bad image (ErrInvalid: a USER its own passwd lacks, a corrupt
+// image named by path) is an error, which refuses the sandbox; an image
+// whose config cannot be read otherwise gives nothing (a warning): its
+// commands still get the default PATH, HOME and directory.
+//
+// A sandbox never runs a command as root or as another uid than the
+// sandbox user's (Config.UID, which owns the workspace's files), on any
+// backend. An image USER that is root or unset means the sandbox user.
+// A non-root USER, resolved in the image's own /etc/passwd, gives its
+// commands the account's name as USER and LOGNAME, and its home as HOME
+// when that home is one commands can write (see writableHome); when its
+// uid is not the sandbox user's, that is logged, and the uid stays the
+// sandbox user's: a command as another uid could not write the workspace.
+func (m *Manager) imageEnv(ctx context.Context, spec sandbox.Spec, files string) (imageRun, error) {
 	be, err := m.backend(spec.Backend)
 	if err != nil {
-		return nil
+		return imageRun{}, nil
 	}
 	in, ok := be.(sandbox.ImageInspector)
 	if !ok {
-		return nil
+		return imageRun{}, nil
 	}
 	cfg, err := in.ImageConfig(ctx, spec.Image)
-	if err != nil {
-		m.log.WarnContext(ctx, "reading the image's config: commands get the default PATH and HOME", "backend", spec.Backend, "image", spec.Image, "err", err)
-		return nil
+	if errors.Is(err, errdefs.ErrInvalid) {
+		// A bad image (a USER its passwd lacks, a corrupt path image):
+		// the engine would not run it either.
+		return imageRun{}, err
 	}
-	return cfg.Env
+	if err != nil {
+		m.log.WarnContext(ctx, "reading the image's config: commands get the default PATH, HOME and directory", "backend", spec.Backend, "image", spec.Image, "err", err)
+		return imageRun{}, nil
+	}
+	var env envList
+	for _, e := range cfg.Env {
+		env.set(e)
+	}
+	if a := cfg.Account; a != nil {
+		if a.Name != "" {
+			for _, k := range []string{"USER", "LOGNAME"} {
+				if !env.has(k) {
+					env.set(k + "=" + a.Name)
+				}
+			}
+		}
+		if !env.has("HOME") && writableHome(a.Home, files) {
+			env.set("HOME=" + path.Clean(a.Home))
+		}
+		if a.UID != m.cfg.UID {
+			m.log.InfoContext(ctx, "the image's USER is not the sandbox user: commands run as the sandbox user, with the image user's name and home", "image", spec.Image,
+				"image_user", cfg.User, "image_uid", a.UID, "sandbox_uid", m.cfg.UID)
+		}
+	}
+	run := imageRun{env: env.list}
+	if wd := cfg.WorkingDir; wd != "" && path.IsAbs(wd) {
+		run.workdir = path.Clean(wd)
+	}
+	return run, nil
+}
+
+// writableHome reports whether a command can use home as HOME: the root
+// file system is read-only on every backend, so only a home under /tmp
+// (which the guest makes on first use, see sandbox.DefaultHome) or an
+// existing directory of the workspace (files, owned by the sandbox user)
+// qualifies.
+func writableHome(home, files string) bool {
+	if home == "" || !path.IsAbs(home) {
+		return false
+	}
+	home = path.Clean(home)
+	if strings.HasPrefix(home, "/tmp/") {
+		return true
+	}
+	rel, ok := strings.CutPrefix(home, sandbox.WorkspaceDir)
+	if !ok || (rel != "" && rel[0] != '/') || files == "" {
+		return false
+	}
+	rel = strings.TrimPrefix(rel, "/")
+	if rel == "" {
+		return true
+	}
+	root, err := os.OpenRoot(files)
+	if err != nil {
+		return false
+	}
+	defer root.Close()
+	fi, err := root.Lstat(rel)
+	return err == nil && fi.IsDir()
 }
 
 // execRequest completes a command's request. Its environment is, in order
@@ -194,12 +276,16 @@ func (m *Manager) imageEnv(ctx context.Context, spec sandbox.Spec) []string {
 // variables), with sandbox.DefaultPath and sandbox.DefaultHome where the
 // image sets none; what the sandbox's policy implies (proxy variables when
 // it has egress, secret placeholders and the CA bundle); the policy's env;
-// the request's own. Nothing comes from the daemon's environment. It also
+// the request's own. Nothing comes from the daemon's environment. A
+// request that names no directory starts in the image's WORKDIR. It also
 // applies the policy's per-exec caps.
-func execRequest(spec sandbox.Spec, req guest.ExecRequest, placeholders map[string]string, imageEnv []string) guest.ExecRequest {
+func execRequest(spec sandbox.Spec, req guest.ExecRequest, placeholders map[string]string, image imageRun) guest.ExecRequest {
 	var env envList
-	for _, e := range imageEnv {
+	for _, e := range image.env {
 		env.set(e)
+	}
+	if req.Dir == "" {
+		req.Dir = image.workdir
 	}
 	if !env.has("PATH") {
 		env.set("PATH=" + sandbox.DefaultPath)
@@ -324,6 +410,10 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	if err := diskFits(spec, w); err != nil {
 		return store.Sandbox{}, err
 	}
+	img, err := m.imageEnv(ctx, spec, m.FilesPath(w))
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("sandbox image %s: %w", spec.Image, err)
+	}
 	if m.cfg.GuestBinary == "" {
 		return store.Sandbox{}, fmt.Errorf("no agentbox-guest binary configured: %w", errdefs.ErrUnavailable)
 	}
@@ -443,7 +533,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 		return sb, err
 	}
 	undo.release()
-	lv := &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, task: w.Task, placeholders: placeholders, imageEnv: m.imageEnv(ctx, spec)}
+	lv := &live{ln: ln, conn: conn, egress: eg, spec: spec, workspaceID: w.ID, task: w.Task, placeholders: placeholders, imageEnv: img}
 	m.armLifetime(lv, sb.ID)
 	m.liveMu.Lock()
 	m.live[sb.ID] = lv

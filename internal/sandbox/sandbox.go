@@ -76,8 +76,10 @@ var DefaultLimits = Limits{CPUs: 1, MemoryBytes: 1 << 30, Pids: 512, TmpBytes: 2
 type Spec struct {
 	// Backend is "docker", "gvisor" or "local".
 	Backend string `json:"backend"`
-	// Image is an image name in the engine (docker, gvisor) or the name of
-	// an unpacked root file system (local).
+	// Image is an image name in the engine (any backend; local unpacks it),
+	// the name of a root file system `image build` unpacked (local), or an
+	// image named by a path on the daemon's host: oci:DIR[:TAG],
+	// oci-archive:FILE[:TAG] or docker-archive:FILE[:NAME:TAG] (any backend).
 	Image string `json:"image"`
 	// Limits are the hard limits; zero fields take DefaultLimits.
 	Limits Limits `json:"limits"`
@@ -226,12 +228,50 @@ type ImageConfig struct {
 	WorkingDir string `json:"working_dir,omitempty"`
 	// User is the image's USER ("name", "uid" or "uid:gid").
 	User string `json:"user,omitempty"`
+	// Account is User resolved in the image's own /etc/passwd and
+	// /etc/group; nil when User is empty or root. Commands never run as
+	// root, nor as another uid than CreateRequest.UID (the owner of the
+	// workspace's files): the account gives them its name (USER,
+	// LOGNAME) and, where it is writable, its home (HOME).
+	Account *Account `json:"account,omitempty"`
+}
+
+// Account is a user of an image.
+type Account struct {
+	// Name is the user's name; empty for a uid the image's passwd lacks.
+	Name string `json:"name,omitempty"`
+	// UID and GID are its ids in the image.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// Home is its home directory in the image's passwd.
+	Home string `json:"home,omitempty"`
 }
 
 // ImageInspector is implemented by backends that can read an image's
 // config: the manager starts every command's environment from it.
 type ImageInspector interface {
 	ImageConfig(ctx context.Context, image string) (ImageConfig, error)
+}
+
+// ImageCollector is implemented by backends that keep images unpacked
+// on the host (local): CollectImages removes the unpacked images whose
+// image is gone (from the engine, or from the path that named it) and
+// that no environment runs from, or in a dry run lists them.
+type ImageCollector interface {
+	CollectImages(ctx context.Context, dryRun bool) ([]CollectedImage, error)
+}
+
+// CollectedImage is one unpacked image an ImageCollector removed or would
+// remove.
+type CollectedImage struct {
+	// ID is the image id ("sha256:..."); Name what it was unpacked as.
+	ID, Name string
+	// Reason says why it is garbage; Bytes what it held on disk.
+	Reason string
+	Bytes  int64
+	// Removed is set once it is gone; Error says why removing failed.
+	Removed bool
+	Error   string
 }
 
 // DefaultPath is a command's PATH when neither its image nor anything

@@ -220,8 +220,33 @@ type Store interface {
 	DeleteSecret(ctx context.Context, name string) error
 
 	UsageStore
+	ReviewStore
 
 	Close() error
+}
+
+// Candidate is a result up for review (the API's record).
+type Candidate = apitypes.Candidate
+
+// ForgeBinding is how the daemon reaches a forge host (the API's record).
+type ForgeBinding = apitypes.ForgeBinding
+
+// ReviewStore keeps candidates and forge bindings.
+type ReviewStore interface {
+	CreateCandidate(ctx context.Context, c Candidate) error
+	GetCandidate(ctx context.Context, id string) (Candidate, error)
+	// ListCandidates returns a workspace's candidates ("" for all), newest
+	// first.
+	ListCandidates(ctx context.Context, workspaceID string) ([]Candidate, error)
+	// UpdateCandidate replaces a candidate if its disposition is still
+	// from: a decision made meanwhile makes it fail with ErrConflict.
+	UpdateCandidate(ctx context.Context, c Candidate, from string) error
+
+	// PutForge creates or replaces the binding of a host.
+	PutForge(ctx context.Context, f ForgeBinding) error
+	GetForge(ctx context.Context, host string) (ForgeBinding, error)
+	ListForges(ctx context.Context) ([]ForgeBinding, error)
+	DeleteForge(ctx context.Context, host string) error
 }
 
 // SealedSecret is a secret as the store keeps it: encrypted by package

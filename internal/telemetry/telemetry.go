@@ -60,7 +60,7 @@ type Metrics struct {
 
 // gcKinds are what the collector removes (manager.GCKinds), the values of
 // agentbox_gc_removals_total's kind label.
-var gcKinds = []string{"sandbox", "pristine", "repo", "workspace"}
+var gcKinds = []string{"image", "sandbox", "pristine", "repo", "workspace"}
 
 // latencyBuckets span a fast exec (milliseconds) to a slow image pull or a
 // long build (minutes).

@@ -145,3 +145,58 @@ func (g Git) Bundle(ctx context.Context, base string, author Author) ([]byte, Ex
 	out, err := g.run(ctx, max, nil, "bundle", "create", "--quiet", "-", ref, "^"+base)
 	return out, e, err
 }
+
+// Candidate makes the commit a review judges: the files as they are now,
+// committed on the branch when they differ from a HEAD the host made
+// (vet judges the tree first, as for Commit), or, when HEAD was made
+// inside the sandbox, the export's commit of the files on the last host
+// commit, kept in hostgit alone (the branch the sandbox sees stays).
+func (g Git) Candidate(ctx context.Context, base, msg string, author Author, uid, gid int, vet Vet) (Export, error) {
+	e, err := g.export(ctx, base, author)
+	if err != nil || !e.Uncommitted || e.Foreign {
+		return e, err
+	}
+	commit, err := g.Commit(ctx, msg, author, uid, gid, vet)
+	if err != nil {
+		return e, err
+	}
+	e.Head, e.Tip, e.Uncommitted = commit, commit, false
+	return e, nil
+}
+
+// Stats counts the change from base to tip: files, inserted and deleted
+// lines (binary files count as files only).
+func (g Git) Stats(ctx context.Context, base, tip string) (files, insertions, deletions int, err error) {
+	out, err := g.run(ctx, 0, nil, "diff", "--numstat", "--no-renames", "--no-ext-diff", "--no-textconv", "-z", "--end-of-options", base, tip, "--")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, rec := range strings.Split(string(out), "\x00") {
+		f := strings.Fields(rec)
+		if len(f) < 2 {
+			continue
+		}
+		files++
+		var a, d int
+		if _, err := fmt.Sscanf(f[0]+" "+f[1], "%d %d", &a, &d); err == nil {
+			insertions += a
+			deletions += d
+		}
+	}
+	return files, insertions, deletions, nil
+}
+
+// Tree is the tree of the files as they are now (staged into hostgit).
+func (g Git) Tree(ctx context.Context) (string, error) {
+	if err := g.stage(ctx); err != nil {
+		return "", err
+	}
+	out, err := g.run(ctx, 0, nil, "write-tree")
+	return strings.TrimSpace(string(out)), err
+}
+
+// CommitTree is the tree of a commit hostgit holds.
+func (g Git) CommitTree(ctx context.Context, commit string) (string, error) {
+	out, err := g.run(ctx, 0, nil, "rev-parse", "--verify", "--end-of-options", commit+"^{tree}")
+	return strings.TrimSpace(string(out)), err
+}

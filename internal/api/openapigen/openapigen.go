@@ -33,6 +33,7 @@ var tags = []struct{ name, desc string }{
 	{"daemon", "the daemon itself: health, this document, metrics, disk collection"},
 	{"repos", "the repo cache: remotes cloned once as bare mirrors"},
 	{"workspaces", "durable workspaces: a checkout of repo@ref plus the agent's edits; status, diff, commit, fork"},
+	{"review", "candidates: a workspace's result with the evidence agentbox gathered, approved or rejected by a person; push and pull request"},
 	{"files", "the file API, resolved inside the workspace's root"},
 	{"sandboxes", "disposable execution environments attached to a workspace"},
 	{"exec", "commands in a sandbox: streamed, buffered, or on a terminal"},

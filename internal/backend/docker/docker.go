@@ -91,6 +91,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -143,6 +144,9 @@ type Options struct {
 	StopTimeout time.Duration
 	// Logger receives rollback and cleanup warnings; nil discards them.
 	Logger *slog.Logger
+	// ImageCache is where the use of an image named by path is recorded
+	// for `image ls` (image.RecordPath); default image.DefaultCache.
+	ImageCache string
 }
 
 // Backend is a sandbox.Backend (and sandbox.Pauser) on a Docker engine.
@@ -153,6 +157,10 @@ type Backend struct {
 	stopTimeout time.Duration
 	log         *slog.Logger
 	c           *client.Client
+	imageCache  string
+	// users caches the passwd and group files of images by id (image
+	// ids name content, so an entry never goes stale).
+	users sync.Map
 
 	// creating holds the ids of sandboxes whose Create is under way, so that
 	// a sweep of workspace binds never takes one that has no container yet.
@@ -204,7 +212,11 @@ func New(opts Options) (*Backend, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.ImageCache == "" {
+		opts.ImageCache = image.DefaultCache
+	}
 	return &Backend{
+		imageCache:  opts.ImageCache,
 		name:        opts.Name,
 		runtime:     opts.Runtime,
 		mountDir:    opts.MountDir,
@@ -276,7 +288,12 @@ func (b *Backend) create(ctx context.Context, req sandbox.CreateRequest, owner s
 			return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
 		}
 	}
+	imageID, err := b.engineImage(ctx, spec.Image)
+	if err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
+	}
 	cfg, host := b.containerConfig(req, spec, src, etc, mask)
+	cfg.Image = imageID
 	if owner != "" {
 		detach(cfg, host, owner)
 	}
@@ -564,14 +581,50 @@ func (r *rollback) run(log *slog.Logger) {
 
 var _ sandbox.ImageInspector = (*Backend)(nil)
 
-// ImageConfig reads an image's ENV, WORKDIR and USER from the engine.
-func (b *Backend) ImageConfig(ctx context.Context, image string) (sandbox.ImageConfig, error) {
-	res, err := b.c.ImageInspect(ctx, image)
+// ImageConfig reads an image's ENV, WORKDIR and USER from the engine (an
+// image named by path is loaded into it first).
+func (b *Backend) ImageConfig(ctx context.Context, name string) (sandbox.ImageConfig, error) {
+	id, err := b.engineImage(ctx, name)
 	if err != nil {
-		return sandbox.ImageConfig{}, fmt.Errorf("inspecting image %s: %w", image, engineErr(err))
+		return sandbox.ImageConfig{}, err
+	}
+	res, err := b.c.ImageInspect(ctx, id)
+	if err != nil {
+		return sandbox.ImageConfig{}, fmt.Errorf("inspecting image %s: %w", name, engineErr(err))
 	}
 	if res.Config == nil {
 		return sandbox.ImageConfig{}, nil
 	}
-	return sandbox.ImageConfig{Env: res.Config.Env, WorkingDir: res.Config.WorkingDir, User: res.Config.User}, nil
+	out := sandbox.ImageConfig{Env: res.Config.Env, WorkingDir: res.Config.WorkingDir, User: res.Config.User}
+	if out.User == "" {
+		return out, nil
+	}
+	passwd, group, err := b.accountFiles(ctx, res.ID)
+	if err != nil {
+		return sandbox.ImageConfig{}, fmt.Errorf("image %s: reading its users: %w", name, err)
+	}
+	a, err := image.ResolveUser(out.User, passwd, group)
+	if err != nil {
+		return sandbox.ImageConfig{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	if a != nil {
+		out.Account = &sandbox.Account{Name: a.Name, UID: a.UID, GID: a.GID, Home: a.Home}
+	}
+	return out, nil
+}
+
+// engineImage is what a container of the spec's image is created from:
+// the name itself for an image in the engine, or the id of an image named
+// by path (oci:, oci-archive:, docker-archive:), which is loaded into the
+// engine, untagged, the first time (image.LoadPath).
+func (b *Backend) engineImage(ctx context.Context, name string) (string, error) {
+	if !image.IsPathRef(name) {
+		return name, nil
+	}
+	id, err := image.LoadPath(ctx, b.c, name)
+	if err != nil {
+		return "", err
+	}
+	image.RecordPath(b.imageCache, name, id, b.name)
+	return id, nil
 }

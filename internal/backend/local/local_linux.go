@@ -58,8 +58,11 @@ type Backend struct {
 	// rootWarn logs once that roots are binds (see staged.rootBound).
 	rootWarn sync.Once
 
-	mu     sync.Mutex
-	jails  map[string]*jail // started by this Backend
+	mu    sync.Mutex
+	jails map[string]*jail // started by this Backend
+	// holds are the collector locks on the root file systems sandboxes
+	// run from (see holdImage), by sandbox id.
+	holds  map[string]*image.Hold
 	closed bool
 }
 
@@ -186,6 +189,7 @@ func New(opts Options) (*Backend, error) {
 		stageDir: opts.StageDir,
 		sp:       sp,
 		jails:    map[string]*jail{},
+		holds:    map[string]*image.Hold{},
 	}
 	b.log.Info("local backend ready", "bwrap", bwrap, "cgroup", cg.version.String(), "state_dir", opts.StateDir)
 	return b, nil
@@ -255,6 +259,12 @@ func (b *Backend) Close() error {
 	if err := unmountStage(b.stageDir); err != nil {
 		errs = append(errs, err)
 	}
+	b.mu.Lock()
+	for id, h := range b.holds {
+		h.Release()
+		delete(b.holds, id)
+	}
+	b.mu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -310,6 +320,10 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 			}
 		}
 	}()
+	if rootfs, err = b.holdImage(ctx, req.ID, spec.Image, rootfs); err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() { b.releaseImage(req.ID) })
 	stateDir := filepath.Join(b.opts.StateDir, req.ID)
 	if err := os.Mkdir(stateDir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
@@ -883,6 +897,7 @@ func (b *Backend) Remove(ctx context.Context, ref string) error {
 	b.mu.Lock()
 	delete(b.jails, ref)
 	b.mu.Unlock()
+	b.releaseImage(ref)
 	return nil
 }
 

@@ -26,6 +26,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ExecActivity", func(t *testing.T) { testExecActivity(t, open(t, newStore)) })
 	t.Run("Secrets", func(t *testing.T) { testSecrets(t, open(t, newStore)) })
 	t.Run("Usage", func(t *testing.T) { testUsage(t, open(t, newStore)) })
+	t.Run("Candidates", func(t *testing.T) { testCandidates(t, open(t, newStore)) })
+	t.Run("Forges", func(t *testing.T) { testForges(t, open(t, newStore)) })
 	t.Run("ConcurrentWriters", func(t *testing.T) { testConcurrent(t, open(t, newStore)) })
 }
 

@@ -1,0 +1,117 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
+	"github.com/agentbox/agentbox/internal/errdefs"
+)
+
+// TestReview makes candidates on the real docker backend: the evidence
+// (tests in a fresh sandbox on a fork of exactly the commit, the diff
+// check, the stats) decides blocked or ready; only a person approves a
+// ready one; the forks go.
+func TestReview(t *testing.T) {
+	h, _ := sandboxHarness(t)
+	ctx := t.Context()
+	count := func() int {
+		wss, err := h.m.ListWorkspaces(ctx, ListFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(wss)
+	}
+	pass := h.create(CreateRequest{Task: "fix the bug"})
+	fail := h.create(CreateRequest{})
+	leak := h.create(CreateRequest{})
+	before := count()
+	h.writeFile(pass.ID, "fix.txt", "fixed\n")
+	h.writeFile(fail.ID, "fix.txt", "half\n")
+	h.writeFile(leak.ID, "fix.txt", "fixed\n")
+	h.writeFile(leak.ID, "conf.txt", "token = \"ghp_"+strings.Repeat("a1B2", 9)+"\"\n")
+	// The test sees the fork, which holds exactly the candidate's files.
+	test := `grep -qx fixed fix.txt && echo "1 passed"`
+
+	c, err := h.m.Review(ctx, pass.ID, apitypes.ReviewRequest{Test: test, Regress: "test ! -e nothing.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Disposition != apitypes.DispositionReady || len(c.Findings) != 0 {
+		t.Fatalf("passing candidate: %s %q", c.Disposition, c.Findings)
+	}
+	if ev := c.Evidence.Tests; ev == nil || !ev.Passed || ev.Output != "1 passed\n" || ev.Sandbox == "" {
+		t.Errorf("test evidence = %+v", ev)
+	}
+	if ev := c.Evidence.Regress; ev == nil || !ev.Passed {
+		t.Errorf("regression evidence = %+v", ev)
+	}
+	if c.Evidence.Stats != (apitypes.DiffStats{Files: 1, Insertions: 1}) || !c.Evidence.Check.OK {
+		t.Errorf("stats %+v, check %+v", c.Evidence.Stats, c.Evidence.Check)
+	}
+	if st := h.status(pass.ID); st.Head != c.Commit || len(st.Changes) != 1 {
+		t.Errorf("the candidate's commit %s is not the branch's head: %+v", c.Commit, st)
+	}
+	if n := count(); n != before {
+		t.Errorf("%d workspaces after the reviews, %d before: a fork was left", n, before)
+	}
+	got, err := h.m.Decide(ctx, c.ID, apitypes.DispositionApproved, "ann", "tests pass")
+	if err != nil || got.Disposition != apitypes.DispositionApproved || got.Decision.Actor != "ann" {
+		t.Fatalf("approve: %+v, %v", got, err)
+	}
+	if _, err := h.m.Decide(ctx, c.ID, apitypes.DispositionRejected, "bob", "changed my mind"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("a second decision: %v, want ErrConflict", err)
+	}
+	if evs := h.events(pass.ID, "candidate.approved"); len(evs) != 1 || evs[0].Actor != "ann" || !strings.Contains(evs[0].Detail, "tests pass") {
+		t.Errorf("approval events: %+v", evs)
+	}
+
+	c, err = h.m.Review(ctx, fail.ID, apitypes.ReviewRequest{Test: test})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Disposition != apitypes.DispositionBlocked || len(c.Findings) != 1 || c.Findings[0] != fmt.Sprintf("tests: %q exited 1", test) {
+		t.Errorf("failing candidate: %s %q", c.Disposition, c.Findings)
+	}
+	if _, err := h.m.Decide(ctx, c.ID, apitypes.DispositionApproved, "ann", "ship it"); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "exited 1") {
+		t.Errorf("approving a blocked candidate: %v, want a refusal naming the failure", err)
+	}
+	if _, err := h.m.Decide(ctx, c.ID, apitypes.DispositionRejected, "ann", ""); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("a decision without a reason: %v", err)
+	}
+	if got, err := h.m.Decide(ctx, c.ID, apitypes.DispositionRejected, "ann", "wrong fix"); err != nil || got.Disposition != apitypes.DispositionRejected {
+		t.Errorf("reject: %+v, %v", got, err)
+	}
+
+	c, err = h.m.Review(ctx, leak.ID, apitypes.ReviewRequest{Test: test})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Disposition != apitypes.DispositionBlocked || len(c.Findings) != 1 || !strings.HasPrefix(c.Findings[0], "check: github-token at conf.txt:1:10: ghp_…") {
+		t.Errorf("leaking candidate: %s %q", c.Disposition, c.Findings)
+	}
+	if evs := h.events(leak.ID, "workspace.committed"); len(evs) != 1 || !strings.Contains(evs[0].Detail, `"forced":true`) {
+		t.Errorf("the review's commit of a flagged tree is not recorded as forced: %+v", evs)
+	}
+
+	// No test command: nothing shows it works.
+	h.writeFile(pass.ID, "more.txt", "more\n")
+	c, err = h.m.Review(ctx, pass.ID, apitypes.ReviewRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Disposition != apitypes.DispositionBlocked || !strings.Contains(strings.Join(c.Findings, "\n"), "no test command") {
+		t.Errorf("a candidate without tests: %s %q", c.Disposition, c.Findings)
+	}
+	if cs, err := h.m.ListCandidates(ctx, pass.ID); err != nil || len(cs) != 2 || cs[0].ID != c.ID {
+		t.Errorf("ListCandidates = %v, %v", cs, err)
+	}
+	if _, err := h.m.Review(ctx, pass.ID, apitypes.ReviewRequest{Timeout: "soon"}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("a bad timeout: %v", err)
+	}
+	if _, err := h.m.Review(ctx, "ws_nope", apitypes.ReviewRequest{}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("an unknown workspace: %v", err)
+	}
+}
