@@ -62,6 +62,8 @@ package envdfs
 import (
 	"net/http"
 
+	"connectrpc.com/connect"
+
 	"github.com/agentbox/agentbox/internal/e2b/envdfs/fspb/fspbconnect"
 	"github.com/agentbox/agentbox/internal/manager"
 )
@@ -113,6 +115,9 @@ type Options struct {
 	MaxPending int
 }
 
+// maxRequestBytes bounds one Connect request message.
+const maxRequestBytes = 64 << 10
+
 // Defaults of Options.
 const (
 	DefaultMaxUpload  = 256 << 20
@@ -131,7 +136,10 @@ func register(mux *http.ServeMux, m *manager.Manager, resolve Resolver, o Option
 		o.MaxPending = DefaultMaxPending
 	}
 	s := &service{m: m, resolve: resolve, opts: o, hubs: newHubs(), pollers: newPollers()}
-	path, h := fspbconnect.NewFilesystemHandler(s)
+	// Connect decodes a request before the handler (and so the Resolver)
+	// runs: bound what an unauthenticated client can make it buffer. The
+	// service's messages are a path or two.
+	path, h := fspbconnect.NewFilesystemHandler(s, connect.WithReadMaxBytes(maxRequestBytes))
 	mux.Handle(path, withRequest(h))
 	mux.HandleFunc("GET /files", s.download)
 	mux.HandleFunc("POST /files", s.upload)

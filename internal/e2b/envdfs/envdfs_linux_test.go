@@ -258,3 +258,13 @@ func TestCallerErrors(t *testing.T) {
 		t.Errorf("a refused upload wrote a: %v", err)
 	}
 }
+
+// TestRequestBound: a huge request message is refused before it is
+// buffered, even without credentials.
+func TestRequestBound(t *testing.T) {
+	f := newFixture(t, fixtureOpts{})
+	for _, client := range []fspbconnect.FilesystemClient{f.fs, fspbconnect.NewFilesystemClient(f.srv.Client(), f.srv.URL, connect.WithProtoJSON())} {
+		_, err := client.Stat(t.Context(), connect.NewRequest(&fspb.StatRequest{Path: strings.Repeat("a", 1<<20)}))
+		wantCode(t, err, connect.CodeResourceExhausted, "")
+	}
+}
