@@ -23,10 +23,15 @@ import (
 // its headers.
 type requestKey struct{}
 
-// withRequest puts r in its own context for target.
+// writerKey carries the call's http.ResponseWriter, through which a
+// stream stuck on a client that reads nothing is cut off (WatchDir).
+type writerKey struct{}
+
+// withRequest puts r and w in r's context for target and WatchDir.
 func withRequest(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, r)))
+		ctx := context.WithValue(r.Context(), requestKey{}, r)
+		h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, writerKey{}, w)))
 	})
 }
 

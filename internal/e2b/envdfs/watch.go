@@ -367,6 +367,7 @@ func (s *service) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchD
 		return connectError(named(p, err), fromFiles)
 	}
 	defer w.close()
+	defer s.cutStalled(ctx, w)()
 	start := &fspb.WatchDirResponse{Event: &fspb.WatchDirResponse_Start{Start: &fspb.WatchDirResponse_StartEvent{}}}
 	if err := stream.Send(start); err != nil {
 		return err
@@ -383,6 +384,43 @@ func (s *service) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchD
 		return nil
 	}
 	return connectError(named(p, err), fromFiles)
+}
+
+// stallGrace is how long a stopped watch waits for a blocked send before
+// cutting the connection.
+const stallGrace = 5 * time.Second
+
+// cutStalled makes sure a watch that stopped (its queue overflowed, most
+// likely because the client reads nothing) does not hold its goroutine
+// and connection forever in a send the client never takes: after
+// stallGrace, the response's write deadline passes and the send fails. The
+// returned func ends the guard when the handler returns.
+func (s *service) cutStalled(ctx context.Context, w *watch) func() {
+	rw, ok := ctx.Value(writerKey{}).(http.ResponseWriter)
+	if !ok {
+		return func() {}
+	}
+	returned := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		select {
+		case <-returned:
+			return
+		case <-w.done:
+		}
+		t := time.NewTimer(stallGrace)
+		defer t.Stop()
+		select {
+		case <-returned:
+		case <-t.C:
+			http.NewResponseController(rw).SetWriteDeadline(time.Now())
+		}
+	}()
+	return func() {
+		close(returned)
+		<-ended
+	}
 }
 
 // pollers are the watchers of CreateWatcher, by id.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -208,26 +209,60 @@ func TestWatchBounds(t *testing.T) {
 		t.Errorf("%d hubs after a refused watch", n)
 	}
 
-	// Flood: the watch's goroutine handles events as they come, so the
-	// flood has to outrun it; events are produced much faster than a
-	// stream of JSON messages is written.
+	// A polling watcher nobody polls holds MaxPending events, then ends
+	// with an error, which the next poll reports after the events.
 	os.Mkdir(filepath.Join(f.files, "flood"), 0o755)
-	s, err := f.watch(t, &fspb.WatchDirRequest{Path: "flood"})
+	cw, err := f.fs.CreateWatcher(t.Context(), connect.NewRequest(&fspb.CreateWatcherRequest{Path: "flood"}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i := range 100 {
+		os.WriteFile(filepath.Join(f.files, "flood", fmt.Sprint(i)), nil, 0o644)
+	}
 	deadline := time.Now().Add(eventWait)
-	for i := 0; ; i++ {
-		os.WriteFile(filepath.Join(f.files, "flood", fmt.Sprint(i%1000)), nil, 0o644)
-		select {
-		case <-s.done:
-			wantCode(t, s.err, connect.CodeFailedPrecondition, "events")
-			return
-		default:
+	got := 0
+	for {
+		r, err := f.fs.GetWatcherEvents(t.Context(), connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: cw.Msg.GetWatcherId()}))
+		if err != nil {
+			wantCode(t, err, connect.CodeFailedPrecondition, "more than 16 events")
+			break
 		}
+		got += len(r.Msg.GetEvents())
 		if time.Now().After(deadline) {
-			t.Fatal("the flood never overflowed the watch's queue")
+			t.Fatalf("the unpolled watcher never overflowed (%d events)", got)
 		}
+		if got == 0 {
+			time.Sleep(20 * time.Millisecond) // the client's polling interval
+		}
+	}
+	if got > 16 {
+		t.Errorf("%d events held, want at most 16", got)
+	}
+
+	// A stream whose client reads nothing: the connection fills, the send
+	// blocks, the queue overflows, and after stallGrace the connection is
+	// cut, so nothing stays held (without the cut this waits forever).
+	stalled := newFixture(t, fixtureOpts{opts: Options{MaxPending: 4096}})
+	os.Mkdir(filepath.Join(stalled.files, "flood"), 0o755)
+	cr := connect.NewRequest(&fspb.WatchDirRequest{Path: "flood", IncludeEntry: true})
+	st, err := stalled.fs.WatchDir(t.Context(), cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if !st.Receive() || st.Msg().GetStart() == nil {
+		t.Fatalf("no start event: %v", st.Err())
+	}
+	big := strings.Repeat("n", 200) // long names fill the connection sooner
+	deadline = time.Now().Add(3 * eventWait)
+	for i := 0; stalled.svc.hubs.count() > 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("a stream nobody reads still holds its watch")
+		}
+		os.WriteFile(filepath.Join(stalled.files, "flood", fmt.Sprint(big, i%500)), nil, 0o644)
+		// Slower than the watch handles events: it is the connection,
+		// not the queue, that fills first.
+		time.Sleep(20 * time.Microsecond)
 	}
 }
 
