@@ -27,6 +27,7 @@ func (c *cli) benchCmd() *cobra.Command {
 		{"concurrent", "N sandboxes created at once, each running `true`, vs N concurrent docker run --rm", bench.DefaultConcurrentRuns, bench.Concurrent},
 		{"pool", "claim from a warm pool → first exec vs cold create → first exec (docker)", bench.DefaultPoolRuns, bench.Pool},
 		{"mcp", "MCP tool call round trip (run_command `true`) over stdio (agentbox mcp) and streamable HTTP (/mcp) vs the same exec through /v1; the overhead against a 1 ms goal", bench.DefaultMCPRuns, bench.MCP},
+		{"e2b", "the E2B endpoint through the official E2B JS SDK (Node): Sandbox.create → first commands.run('true'), and a commands.run('true') round trip, vs the same through /v1; the ratios", bench.DefaultE2BRuns, bench.E2B},
 		{"egress", "download and new-connection HTTP/CONNECT requests from a sandbox through the egress proxy vs the same python client on the host, direct (loopback upstreams)", bench.DefaultEgressRuns, bench.Egress},
 	} {
 		cmd.AddCommand(c.benchSandboxCmd(b.use, b.short, b.runs, func(ctx context.Context, o bench.SandboxOptions, w io.Writer) (any, func(io.Writer), error) {
@@ -108,6 +109,9 @@ func (c *cli) benchSandboxCmd(use, short string, runs int, run func(context.Cont
 		fl.StringVar(&opts.EgressImage, "image", bench.DefaultEgressImage, "image of the sandboxes, with python3 (agentbox's own images are built when missing)")
 		fl.Int64Var(&sizeMB, "size", bench.DefaultEgressBytes/1e6, "download size in MB (10^6 bytes)")
 		fl.IntVar(&opts.EgressRequests, "requests", bench.DefaultEgressRequests, "small requests per case, each on a new connection")
+	} else if use == "e2b" {
+		fl.StringVar(&opts.Image, "image", bench.DefaultE2BImage, "image of the sandboxes, with the bash the SDK runs commands with")
+		fl.StringVar(&opts.E2BSDK, "sdk", bench.DefaultE2BSDKDir(), "directory with node_modules/e2b (npm installs e2b@"+bench.E2BSDKVersion+" there when missing)")
 	} else {
 		fl.StringVar(&opts.Image, "image", bench.DefaultImage, "image of the sandboxes and baseline containers (agentbox's own images are built when missing)")
 	}

@@ -29,6 +29,9 @@ func (c *cli) serveCmd() *cobra.Command {
 			if fl.Changed("listen") {
 				cfg.Listen = f.Listen
 			}
+			if fl.Changed("e2b-listen") {
+				cfg.E2BListen = f.E2BListen
+			}
 			if fl.Changed("workspace-driver") {
 				cfg.WorkspaceDriver = f.WorkspaceDriver
 			}
@@ -48,6 +51,7 @@ func (c *cli) serveCmd() *cobra.Command {
 	fl.StringVar(&file, "config", "", "YAML config file (default $AGENTBOX_CONFIG)")
 	fl.StringVar(&f.DataDir, "data", "", "data dir (default $AGENTBOX_DATA, /var/lib/agentbox for root)")
 	fl.StringVar(&f.Listen, "listen", "", "tcp://HOST:PORT to listen on TCP (needs $AGENTBOX_TOKEN)")
+	fl.StringVar(&f.E2BListen, "e2b-listen", "", "tcp://HOST:PORT to serve the E2B-compatible endpoint on (its API key is $AGENTBOX_TOKEN)")
 	fl.StringVar(&f.WorkspaceDriver, "workspace-driver", "", "auto, overlay or copy")
 	fl.StringVar(&f.LogLevel, "log-level", "", "debug, info, warn or error")
 	fl.StringVar(&f.LogFormat, "log-format", "", "json or text")

@@ -101,6 +101,11 @@ type SandboxOptions struct {
 	// small-request cases makes (default DefaultEgressRequests).
 	EgressRequests int
 
+	// E2BSDK is a directory with node_modules/e2b, the SDK the e2b
+	// benchmark drives (installed there when missing; default
+	// DefaultE2BSDKDir).
+	E2BSDK string
+
 	// warmPool is the manager's warm pools (the pool benchmark's).
 	warmPool []manager.PoolSpec
 }
@@ -757,6 +762,7 @@ func (r SandboxResult) Print(w io.Writer) {
 	title := map[string]string{
 		"exec":       "exec round trip (`true` in a running sandbox)",
 		"create":     "create → first exec (`true`)",
+		"e2b":        "the E2B endpoint through the official E2B SDK vs the same through /v1",
 		"concurrent": fmt.Sprintf("%d sandboxes created at once, each running `true` (wall time of all)", r.Concurrency),
 		"egress":     "HTTP(S) from inside a sandbox through the egress proxy vs the same client on the host, direct",
 		"pool":       "claim from a warm pool → first exec (`true`) vs cold create → first exec",

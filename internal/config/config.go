@@ -117,6 +117,34 @@ type Config struct {
 	// environments are kept started (with the default policy) to be handed
 	// out on sandbox creation. None by default.
 	WarmPool []WarmPool `json:"warm_pool"`
+	// E2BListen, "tcp://HOST:PORT", serves the E2B-compatible endpoint
+	// there (both its control API and its in-sandbox API, package e2b);
+	// empty serves none. It requires Token, which is the E2B API key.
+	E2BListen string `json:"e2b_listen"`
+	// E2BTemplates maps E2B template IDs to what a sandbox of each runs;
+	// "base" (the SDK's default) is the daemon's default image unless
+	// this table says otherwise.
+	E2BTemplates map[string]E2BTemplate `json:"e2b_templates"`
+	// E2BInternetAllow is the allowlist (host[:port] patterns, as in a
+	// policy) an E2B sandbox created with allow_internet_access gets;
+	// without it, or empty, such a sandbox reaches nothing either: E2B's
+	// "internet access" never opens the network.
+	E2BInternetAllow []string `json:"e2b_internet_allow"`
+}
+
+// E2BTemplate is what an E2B template ID stands for.
+type E2BTemplate struct {
+	// Image is an image in the engine; empty: default_image.
+	Image string `json:"image"`
+	// Backend is docker, gvisor or local; empty: default_backend.
+	Backend string `json:"backend"`
+	// User is the account E2B code runs as (E2B's "user"); a command that
+	// asks for another is refused. Default "user".
+	User string `json:"user"`
+	// Home is that account's home and the default working directory,
+	// where E2B code expects its files; it stands for the workspace (an
+	// image built for E2B links it to /workspace). Default /workspace.
+	Home string `json:"home"`
 }
 
 // WarmPool is one warm pool, e.g. {backend: docker, image:
@@ -205,6 +233,9 @@ func Load(path string) (Config, error) {
 	if v := os.Getenv("AGENTBOX_TOKEN"); v != "" {
 		c.Token = v
 	}
+	if v := os.Getenv("AGENTBOX_E2B_LISTEN"); v != "" {
+		c.E2BListen = v
+	}
 	if v := os.Getenv("AGENTBOX_WORKSPACE_DRIVER"); v != "" {
 		c.WorkspaceDriver = v
 	}
@@ -235,6 +266,25 @@ func (c *Config) Validate() error {
 		}
 	default:
 		probs = append(probs, fmt.Sprintf("listen %q must be empty (unix socket) or tcp://HOST:PORT", c.Listen))
+	}
+	switch {
+	case c.E2BListen == "":
+	case !strings.HasPrefix(c.E2BListen, "tcp://"):
+		probs = append(probs, fmt.Sprintf("e2b_listen %q must be empty or tcp://HOST:PORT", c.E2BListen))
+	case c.Token == "":
+		probs = append(probs, "e2b_listen requires a token (token or AGENTBOX_TOKEN): it is the E2B API key")
+	}
+	for name, t := range c.E2BTemplates {
+		switch {
+		case name == "" || strings.ContainsAny(name, "/?#% \t\n"):
+			probs = append(probs, fmt.Sprintf("e2b_templates: template name %q is empty or has a character a path cannot carry", name))
+		case t.Backend != "" && t.Backend != "docker" && t.Backend != "gvisor" && t.Backend != "local":
+			probs = append(probs, fmt.Sprintf("e2b_templates.%s.backend %q is not one of docker, gvisor, local", name, t.Backend))
+		case t.Home != "" && (!strings.HasPrefix(t.Home, "/") || t.Home != filepath.Clean(t.Home)):
+			probs = append(probs, fmt.Sprintf("e2b_templates.%s.home %q is not a clean absolute path", name, t.Home))
+		case t.User == "root":
+			probs = append(probs, fmt.Sprintf("e2b_templates.%s.user is root: sandboxes never run as root", name))
+		}
 	}
 	switch c.WorkspaceDriver {
 	case "auto", "overlay", "copy":

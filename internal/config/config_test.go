@@ -51,6 +51,12 @@ func TestValidate(t *testing.T) {
 		"bad log level":     func(c *Config) { c.LogLevel = "loud" },
 		"bad pool backend":  func(c *Config) { c.WarmPool = []WarmPool{{Backend: "k8s", Size: 1}} },
 		"negative pool":     func(c *Config) { c.WarmPool = []WarmPool{{Size: -1}} },
+		"e2b without token": func(c *Config) { c.E2BListen = "tcp://127.0.0.1:3000" },
+		"bad e2b listen":    func(c *Config) { c.Token = "0123456789abcdef0123"; c.E2BListen = "127.0.0.1:3000" },
+		"e2b root user":     func(c *Config) { c.E2BTemplates = map[string]E2BTemplate{"base": {User: "root"}} },
+		"e2b relative home": func(c *Config) { c.E2BTemplates = map[string]E2BTemplate{"base": {Home: "home/user"}} },
+		"e2b bad backend":   func(c *Config) { c.E2BTemplates = map[string]E2BTemplate{"py": {Backend: "vm"}} },
+		"e2b bad name":      func(c *Config) { c.E2BTemplates = map[string]E2BTemplate{"a/b": {}} },
 	}
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -63,6 +69,7 @@ func TestValidate(t *testing.T) {
 	}
 	c := Default()
 	c.Listen, c.Token = "tcp://127.0.0.1:7000", "0123456789abcdef0123"
+	c.E2BListen, c.E2BTemplates = "tcp://127.0.0.1:3000", map[string]E2BTemplate{"base": {Image: "agentbox/e2b:base", Home: "/home/user"}}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

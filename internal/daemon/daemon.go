@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/e2b"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/egress/mitm"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -70,6 +71,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		return err
 	}
 	defer ln.Close()
+	var e2bLn net.Listener
+	if hostport, ok := strings.CutPrefix(cfg.E2BListen, "tcp://"); ok {
+		if e2bLn, err = net.Listen("tcp", hostport); err != nil {
+			return fmt.Errorf("listening on %s (e2b_listen): %w", cfg.E2BListen, err)
+		}
+		defer e2bLn.Close()
+	}
 
 	st, err := sqlstore.Open(ctx, filepath.Join(cfg.DataDir, "agentbox.db"))
 	if err != nil {
@@ -164,9 +172,29 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	// MCP sessions end once their calls have answered, and with them
 	// their streams, which would hold the shutdown.
 	srv.RegisterOnShutdown(mcpHTTP.Shutdown)
-	errc := make(chan error, 1)
+	srvs := []*http.Server{srv}
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("agentbox serving", "addr", addr, "data_dir", cfg.DataDir, "workspace_driver", m.Driver())
+	if e2bLn != nil {
+		// The E2B endpoint: E2B's control API and envd on one address,
+		// over the same manager, requests counted and ended with the API's.
+		e2bServer, err := e2b.New(m, e2b.Options{Token: cfg.Token, DataDir: cfg.DataDir, Templates: e2bTemplates(cfg),
+			InternetAllow: cfg.E2BInternetAllow, Logger: log.With("component", "e2b")})
+		if err != nil {
+			return err
+		}
+		defer e2bServer.Close()
+		e2bSrv := &http.Server{
+			Handler:           reqs.wrap(e2bServer),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		}
+		srvs = append(srvs, e2bSrv)
+		go func() { errc <- e2bSrv.Serve(e2bLn) }()
+		log.Info("agentbox serving the E2B endpoint", "addr", "tcp://"+e2bLn.Addr().String())
+	}
 	if ready != nil {
 		ready(addr)
 	}
@@ -176,12 +204,22 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	case <-ctx.Done():
 	}
 	log.Info("agentbox stopping", "grace", cfg.ShutdownGrace.Duration)
-	shutdown(srv, reqs, cancelRequests, m, cfg.ShutdownGrace.Duration, log)
+	shutdown(srvs, reqs, cancelRequests, m, cfg.ShutdownGrace.Duration, log)
 	log.Info("agentbox stopped")
 	if strings.HasPrefix(addr, "unix://") {
 		os.Remove(strings.TrimPrefix(addr, "unix://"))
 	}
 	return nil
+}
+
+// e2bTemplates is the configuration's template table as package e2b
+// takes it.
+func e2bTemplates(cfg config.Config) map[string]e2b.Template {
+	out := map[string]e2b.Template{}
+	for name, t := range cfg.E2BTemplates {
+		out[name] = e2b.Template{Image: t.Image, Backend: t.Backend, User: t.User, Home: t.Home}
+	}
+	return out
 }
 
 // backendNames lists the usable backends, whose metric series exist from

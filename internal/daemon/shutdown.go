@@ -66,17 +66,22 @@ func (f *inflight) wait(ctx context.Context) bool {
 	}
 }
 
-// shutdown stops srv gracefully: it stops accepting at once, lets the
+// shutdown stops srvs (the API's, and the E2B endpoint's) gracefully: it stops accepting at once, lets the
 // requests running (shell sessions too) finish within grace, then ends
 // what is left (cancelRequests cancels every request's context, so a
 // running command is killed and recorded as such), stops every sandbox
 // (which ends shell sessions, whose context is their connection's) and
 // waits, bounded, for the handlers to return, so that nothing writes to
 // the state after the daemon closes it.
-func shutdown(srv *http.Server, reqs *inflight, cancelRequests context.CancelFunc, m *manager.Manager, grace time.Duration, log *slog.Logger) {
+func shutdown(srvs []*http.Server, reqs *inflight, cancelRequests context.CancelFunc, m *manager.Manager, grace time.Duration, log *slog.Logger) {
 	gctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	err := srv.Shutdown(gctx)
+	var err error
+	for _, srv := range srvs {
+		if serr := srv.Shutdown(gctx); serr != nil && err == nil {
+			err = serr
+		}
+	}
 	if err == nil && !reqs.wait(gctx) {
 		err = gctx.Err()
 	}
@@ -104,5 +109,7 @@ func shutdown(srv *http.Server, reqs *inflight, cancelRequests context.CancelFun
 	if err := m.Shutdown(sctx); err != nil {
 		log.Warn("stopping sandboxes", "err", err)
 	}
-	srv.Close()
+	for _, srv := range srvs {
+		srv.Close()
+	}
 }

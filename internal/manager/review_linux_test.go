@@ -3,11 +3,14 @@ package manager
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/testutil"
 )
 
 // TestReview makes candidates on the real docker backend: the evidence
@@ -113,5 +116,59 @@ func TestReview(t *testing.T) {
 	}
 	if _, err := h.m.Review(ctx, "ws_nope", apitypes.ReviewRequest{}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("an unknown workspace: %v", err)
+	}
+}
+
+// TestReviewHostileWorkspace: a workspace whose .git config, hooks and
+// attributes try to run commands (hooks, core.sshCommand, a credential
+// helper, a clean filter, fsmonitor, a hooks path), through review,
+// approval and push: nothing of it runs.
+// Each command fails (a required filter or a hook that fails stops git)
+// and would leave a file named pwned-* in the git directory it runs for.
+func TestReviewHostileWorkspace(t *testing.T) {
+	h, _ := sandboxHarness(t)
+	ctx := t.Context()
+	w := h.create(CreateRequest{Task: "hostile"})
+	mark := func(name string) string { return `touch "${GIT_DIR:-.}/pwned-` + name + `"` }
+	h.writeFile(w.ID, ".git/config", "[core]\n\trepositoryformatversion = 0\n\thooksPath = .git/evil-hooks\n"+
+		"\tsshCommand = sh -c '"+mark("ssh")+"'\n\tfsmonitor = "+mark("fsmonitor")+"\n"+
+		"[credential]\n\thelper = !"+mark("credential")+"\n"+
+		"[filter \"evil\"]\n\tclean = sh -c '"+mark("filter")+"; exit 1'\n\tsmudge = sh -c '"+mark("smudge")+"; exit 1'\n\trequired = true\n")
+	for _, hook := range []string{"pre-commit", "pre-push", "post-commit", "reference-transaction"} {
+		for _, dir := range []string{".git/hooks/", ".git/evil-hooks/"} {
+			h.writeFile(w.ID, dir+hook, "#!/bin/sh\n"+mark("hook-"+hook)+"\nexit 1\n")
+		}
+	}
+	h.writeFile(w.ID, ".gitattributes", "* filter=evil\n")
+	h.writeFile(w.ID, "fix.txt", "fixed\n")
+	// (A remote's own hooks are the remote's: a push to a repository on
+	// the host runs them, as any push there would.)
+	c, err := h.m.Review(ctx, w.ID, apitypes.ReviewRequest{Test: "grep -qx fixed fix.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Disposition != apitypes.DispositionReady {
+		t.Fatalf("the hostile workspace's candidate: %s %q", c.Disposition, c.Findings)
+	}
+	if _, err := h.m.Decide(ctx, c.ID, apitypes.DispositionApproved, "ann", "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Push(ctx, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.Git(t, h.src.Dir, "show", PushBranch(w)+":fix.txt"); got != "fixed" {
+		t.Errorf("the pushed fix.txt = %q", got)
+	}
+	var found []string
+	for _, root := range []string{h.data} {
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && strings.HasPrefix(d.Name(), "pwned-") {
+				found = append(found, p)
+			}
+			return nil
+		})
+	}
+	if len(found) > 0 {
+		t.Errorf("commands of the hostile workspace ran on the host: %q", found)
 	}
 }
