@@ -121,16 +121,9 @@ func (s *Server) envdMux() *http.ServeMux {
 	// in base64 JSON.
 	path, h := processpbconnect.NewProcessHandler(&processService{s: s}, connect.WithReadMaxBytes(4<<20))
 	mux.Handle(path, h)
-	// The filesystem service and /files (package envdfs) mount here:
-	//   envdfs.Register(mux, s.m, s.fsResolver())
-	// once that package is merged; until then these answer 501 through
-	// the fallback below.
+	// The filesystem service and /files (package envdfs).
 	s.registerFilesystem(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/filesystem.Filesystem/") || r.URL.Path == "/files" {
-			writeError(w, fmt.Errorf("envd %s: the file API is not in this build: %w", r.URL.Path, errNotImplemented))
-			return
-		}
 		writeError(w, fmt.Errorf("no envd route %s %s on agentbox: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
 	})
 	return mux
