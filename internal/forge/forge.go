@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
@@ -330,6 +331,32 @@ func validRequest(kind string, r Remote, req PRRequest) error {
 	return nil
 }
 
+// Body limits: GitHub refuses a body over 65536 characters; GitLab's
+// description holds 1,000,000; Gitea documents none, so GitLab's is used.
+const (
+	githubMaxBody = 65536
+	otherMaxBody  = 1_000_000
+)
+
+// fitBody cuts a body that the forge would refuse (max is in characters),
+// keeping its start and saying where it was cut, and returns a note when it
+// did.
+func fitBody(body string, max int) (string, []string) {
+	if utf8.RuneCountInString(body) <= max {
+		return body, nil
+	}
+	const marker = "\n\n[... cut by agentbox: the forge takes at most %d characters]"
+	keep := max - len(fmt.Sprintf(marker, max))
+	n := 0
+	for i := range body {
+		if n == keep {
+			return body[:i] + fmt.Sprintf(marker, max), []string{fmt.Sprintf("the body was cut to %d characters", max)}
+		}
+		n++
+	}
+	return body, nil
+}
+
 // uniqueLabels drops repeated labels, keeping the first spelling.
 func uniqueLabels(ls []string) []string {
 	var out []string
@@ -347,6 +374,8 @@ func uniqueLabels(ls []string) []string {
 type prSteps struct {
 	// head and base name the request in errors.
 	head, base string
+	// notes are added to the PR returned (e.g. the body was cut).
+	notes []string
 	// find returns the open PR of the head branch, or nil.
 	find   func(ctx context.Context) (*PR, error)
 	create func(ctx context.Context) (PR, error)
@@ -367,6 +396,7 @@ func openOrUpdate(ctx context.Context, s prSteps) (PR, error) {
 	if existing == nil {
 		pr, err := s.create(ctx)
 		if err == nil {
+			pr.Notes = append(pr.Notes, s.notes...)
 			if s.addLabels != nil {
 				pr.Notes = append(pr.Notes, s.addLabels(ctx, pr.Number)...)
 			}
@@ -388,6 +418,7 @@ func openOrUpdate(ctx context.Context, s prSteps) (PR, error) {
 		return PR{}, fmt.Errorf("updating pull request %d from %s into %s: %w", existing.Number, s.head, s.base, err)
 	}
 	pr.Updated = true
+	pr.Notes = append(pr.Notes, s.notes...)
 	if s.addLabels != nil {
 		pr.Notes = append(pr.Notes, s.addLabels(ctx, pr.Number)...)
 	}

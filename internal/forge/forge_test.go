@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/google/go-cmp/cmp"
@@ -125,5 +126,16 @@ func TestRequestValidation(t *testing.T) {
 		if _, err := f.OpenOrUpdatePR(t.Context(), r, req); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("OpenOrUpdatePR(%+v) = %v, want ErrInvalid", req, err)
 		}
+	}
+}
+
+func TestFitBody(t *testing.T) {
+	if b, n := fitBody("short", 10); b != "short" || n != nil {
+		t.Errorf("fitBody(short) = %q, %q", b, n)
+	}
+	long := strings.Repeat("é", 70000)
+	b, n := fitBody(long, githubMaxBody)
+	if c := utf8.RuneCountInString(b); c != githubMaxBody || !utf8.ValidString(b) || !strings.HasSuffix(b, "characters]") || len(n) != 1 {
+		t.Errorf("fitBody(70000 runes) = %d runes, valid %v, notes %q", c, utf8.ValidString(b), n)
 	}
 }

@@ -85,9 +85,11 @@ func (g *gitea) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (PR
 		return PR{}, err
 	}
 	labels := uniqueLabels(req.Labels)
+	var notes []string
+	req.Body, notes = fitBody(req.Body, otherMaxBody)
 	pulls := "/repos/" + r.String() + "/pulls"
 	return openOrUpdate(ctx, prSteps{
-		head: req.Head, base: req.Base,
+		head: req.Head, base: req.Base, notes: notes,
 		find: func(ctx context.Context) (*PR, error) {
 			// The list cannot filter by head branch: walk the open ones.
 			var found *PR

@@ -72,9 +72,11 @@ func (g *github) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (P
 		return PR{}, err
 	}
 	labels := uniqueLabels(req.Labels)
+	var notes []string
+	req.Body, notes = fitBody(req.Body, githubMaxBody)
 	pulls := "/repos/" + r.String() + "/pulls"
 	return openOrUpdate(ctx, prSteps{
-		head: req.Head, base: req.Base,
+		head: req.Head, base: req.Base, notes: notes,
 		find: func(ctx context.Context) (*PR, error) {
 			// head is "owner:branch": the branch is pushed to the same repository.
 			q := url.Values{"head": {r.Owner + ":" + req.Head}, "state": {"open"}, "per_page": {"100"}}

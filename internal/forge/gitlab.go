@@ -73,6 +73,8 @@ func (g *gitlab) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (P
 		return PR{}, err
 	}
 	labels := uniqueLabels(req.Labels)
+	var notes []string
+	req.Body, notes = fitBody(req.Body, otherMaxBody)
 	for _, l := range labels {
 		// The API takes labels as one comma-separated string.
 		if strings.Contains(l, ",") {
@@ -81,7 +83,7 @@ func (g *gitlab) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (P
 	}
 	mrs := g.project(r) + "/merge_requests"
 	return openOrUpdate(ctx, prSteps{
-		head: req.Head, base: req.Base,
+		head: req.Head, base: req.Base, notes: notes,
 		find: func(ctx context.Context) (*PR, error) {
 			q := url.Values{"state": {"opened"}, "source_branch": {req.Head}, "per_page": {"100"}}
 			var list []gitlabMR
