@@ -194,9 +194,10 @@ type Config struct {
 	// Token authenticates every request. It is sent only in a header and
 	// only to APIURL (or the default for the remote's host).
 	Token string
-	// HTTPClient makes the requests; nil means a client with a 30 s timeout
-	// that follows no redirect (a redirect would carry the token elsewhere
-	// or turn a POST into a GET).
+	// HTTPClient makes the requests (a copy is used); nil means one with a
+	// 30 s timeout. Either way no redirect is followed, unless the client
+	// given sets its own CheckRedirect: a redirect would carry the token
+	// elsewhere or turn a POST into a GET.
 	HTTPClient *http.Client
 }
 
@@ -217,14 +218,13 @@ func New(c Config) (Forge, error) {
 			return nil, fmt.Errorf("forge %s: API URL %q: plain http would send the token in clear: https is needed for a host other than loopback: %w", c.Kind, c.APIURL, errdefs.ErrInvalid)
 		}
 	}
-	hc := c.HTTPClient
-	if hc == nil {
-		hc = &http.Client{
-			Timeout: 30 * time.Second,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
-		}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if c.HTTPClient != nil {
+		copied := *c.HTTPClient
+		hc = &copied
+	}
+	if hc.CheckRedirect == nil {
+		hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	}
 	cl := &client{token: c.Token, apiURL: strings.TrimSuffix(c.APIURL, "/"), http: hc}
 	switch c.Kind {

@@ -386,10 +386,12 @@ func TestNoRedirect(t *testing.T) {
 		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
 	}))
 	defer srv.Close()
-	f, _ := New(Config{Kind: KindGitea, APIURL: srv.URL, Token: testToken})
-	_, err := f.DefaultBranch(t.Context(), Remote{Host: "x", Owner: "o", Repo: "r"})
-	if err == nil || !strings.Contains(err.Error(), "307") {
-		t.Errorf("redirect: %v; want an error naming 307", err)
+	for _, hc := range []*http.Client{nil, http.DefaultClient} {
+		f, _ := New(Config{Kind: KindGitea, APIURL: srv.URL, Token: testToken, HTTPClient: hc})
+		_, err := f.DefaultBranch(t.Context(), Remote{Host: "x", Owner: "o", Repo: "r"})
+		if err == nil || !strings.Contains(err.Error(), "307") {
+			t.Errorf("redirect: %v; want an error naming 307", err)
+		}
 	}
 	if leaked {
 		t.Error("the redirect was followed")
