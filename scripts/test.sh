@@ -23,7 +23,14 @@ build_agentbox
 "$AGENTBOX" image build --kind debian --packages golang-go,nodejs,npm,unzip,zip,python3-networkx --tag agentbox/debian:tools
 # Checks that depend on the setup above fail instead of skipping.
 export AGENTBOX_REQUIRE_SETUP=1
+# The Debian image's own build tests (internal/image) run too, from the
+# debootstrap result the build above cached (the root's default data dir).
+export AGENTBOX_TEST_DEBIAN=1
+export AGENTBOX_TEST_DEBIAN_CACHE="${AGENTBOX_TEST_DEBIAN_CACHE:-/var/lib/agentbox/images/debian/cache}"
 go vet ./...
+# The measurements (-tags measure: they assert nothing about time and take
+# minutes to an hour) are not run, but must keep compiling.
+go vet -tags measure ./internal/bench ./internal/battery
 CGO_ENABLED=0 go build ./...
 go test -count=1 -timeout 20m ./... "$@"
 # The fuzz targets of what parses hostile input (paths from clients, the

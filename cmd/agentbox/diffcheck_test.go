@@ -19,6 +19,7 @@ import (
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // inProcessAPI serves the real API of a real manager (git, SQLite,
@@ -26,10 +27,7 @@ import (
 func inProcessAPI(t *testing.T) (*httptest.Server, *client.Client) {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil || os.Geteuid() != 0 {
-		if os.Getenv("AGENTBOX_REQUIRE_SETUP") == "1" {
-			t.Fatal("AGENTBOX_REQUIRE_SETUP=1 but this needs git and root (workspace files are chowned)")
-		}
-		t.Skip("needs git and root (workspace files are chowned)")
+		skip.OrFail(t, "this needs git and root (workspace files are chowned)")
 	}
 	t.Setenv("AGENTBOX_TOKEN", "")
 	data := t.TempDir()

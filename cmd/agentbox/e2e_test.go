@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 
 	"github.com/agentbox/agentbox/internal/mountinfo"
 
@@ -505,10 +506,8 @@ func TestTCPNeedsToken(t *testing.T) {
 // CLI suites that every backend must pass.
 func everyBackend(t *testing.T, f func(t *testing.T, backend string)) {
 	t.Helper()
-	if os.Getenv("AGENTBOX_REQUIRE_SETUP") != "1" {
-		if err := exec.Command("docker", "info").Run(); err != nil {
-			t.Skip("no docker engine")
-		}
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		skip.OrFail(t, fmt.Sprintf("no docker engine: %v", err))
 	}
 	if _, err := image.Build(t.Context(), image.BuildOptions{Kind: image.KindBusybox}); err != nil {
 		t.Fatal(err)

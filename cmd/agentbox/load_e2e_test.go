@@ -2,13 +2,14 @@ package main
 
 import (
 	"bytes"
-	"os"
+	"fmt"
 	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/bench"
 	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // requireDocker skips without an engine (fails under AGENTBOX_REQUIRE_SETUP=1)
@@ -16,10 +17,7 @@ import (
 func requireDocker(t *testing.T) {
 	t.Helper()
 	if err := exec.Command("docker", "info").Run(); err != nil {
-		if os.Getenv("AGENTBOX_REQUIRE_SETUP") == "1" {
-			t.Fatalf("no docker engine: %v", err)
-		}
-		t.Skip("no docker engine")
+		skip.OrFail(t, fmt.Sprintf("no docker engine: %v", err))
 	}
 	if _, err := image.Build(t.Context(), image.BuildOptions{Kind: image.KindBusybox}); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // TestObservabilityThroughTheCLI drives a real daemon: `events --follow`
@@ -19,10 +21,8 @@ import (
 // `usage` sums two tasks apart and honours --task and --since, and the
 // daemon's JSON log names the workspace, sandbox and exec of an exec.
 func TestObservabilityThroughTheCLI(t *testing.T) {
-	if os.Getenv("AGENTBOX_REQUIRE_SETUP") != "1" {
-		if err := exec.Command("docker", "info").Run(); err != nil {
-			t.Skip("no docker engine")
-		}
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		skip.OrFail(t, fmt.Sprintf("no docker engine: %v", err))
 	}
 	if _, err := image.Build(t.Context(), image.BuildOptions{Kind: image.KindBusybox}); err != nil {
 		t.Fatal(err)

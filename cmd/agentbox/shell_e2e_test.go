@@ -13,16 +13,15 @@ import (
 
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // sandboxWorkspace starts a daemon with one workspace and a busybox
 // sandbox on docker, and returns the data dir and the workspace ID.
 func sandboxWorkspace(t *testing.T) (string, string) {
 	t.Helper()
-	if os.Getenv("AGENTBOX_REQUIRE_SETUP") != "1" {
-		if err := exec.Command("docker", "info").Run(); err != nil {
-			t.Skip("no docker engine")
-		}
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		skip.OrFail(t, fmt.Sprintf("no docker engine: %v", err))
 	}
 	if _, err := image.Build(t.Context(), image.BuildOptions{Kind: image.KindBusybox}); err != nil {
 		t.Fatal(err)

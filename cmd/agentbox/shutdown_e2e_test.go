@@ -20,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // shutdownDaemon starts a daemon whose sandboxes default to busybox on
@@ -27,10 +28,8 @@ import (
 // sandbox. It returns the daemon, its client and the workspace.
 func shutdownDaemon(t *testing.T, grace time.Duration) (*daemonProc, *client.Client, client.Workspace, client.Sandbox) {
 	t.Helper()
-	if os.Getenv("AGENTBOX_REQUIRE_SETUP") != "1" {
-		if err := exec.Command("docker", "info").Run(); err != nil {
-			t.Skip("no docker engine")
-		}
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		skip.OrFail(t, fmt.Sprintf("no docker engine: %v", err))
 	}
 	if _, err := image.Build(t.Context(), image.BuildOptions{Kind: image.KindBusybox}); err != nil {
 		t.Fatal(err)

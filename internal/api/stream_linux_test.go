@@ -32,6 +32,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
 
@@ -80,25 +81,19 @@ type sandboxFixture struct {
 // given, wraps the API's handler (the OpenAPI checks see every exchange).
 func newSandboxFixture(t *testing.T, wrap ...func(http.Handler) http.Handler) *sandboxFixture {
 	t.Helper()
-	skip := func(reason string) {
-		if os.Getenv("AGENTBOX_REQUIRE_SETUP") == "1" {
-			t.Fatalf("AGENTBOX_REQUIRE_SETUP=1 but %s", reason)
-		}
-		t.Skip(reason)
-	}
 	if os.Geteuid() != 0 {
-		skip("sandbox tests chown workspaces to the sandbox user: run as root")
+		skip.OrFail(t, "sandbox tests chown workspaces to the sandbox user: run as root")
 	}
 	data := t.TempDir()
 	if err := workspace.ProbeOverlay(data); err != nil {
-		skip("overlay mounts do not work here: " + err.Error())
+		skip.OrFail(t, "overlay mounts do not work here: "+err.Error())
 	}
 	be, err := docker.New(docker.Options{Name: docker.NameDocker, Runtime: docker.RuntimeRunc})
 	if err == nil {
 		_, err = be.List(t.Context(), map[string]string{sandbox.LabelManaged: "1"})
 	}
 	if err != nil {
-		skip("docker backend unavailable: " + err.Error())
+		skip.OrFail(t, "docker backend unavailable: "+err.Error())
 	}
 	t.Cleanup(func() { be.Close() })
 	st, err := sqlstore.Open(t.Context(), filepath.Join(data, "agentbox.db"))

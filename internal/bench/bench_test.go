@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
 
@@ -19,10 +21,10 @@ import (
 func needOverlay(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("the workspace benchmark mounts overlays and chowns files: run as root")
+		skip.OrFail(t, "the workspace benchmark mounts overlays and chowns files: run as root")
 	}
 	if err := workspace.ProbeOverlay(t.TempDir()); err != nil {
-		t.Skipf("overlay mounts unavailable: %v", err)
+		skip.OrFail(t, fmt.Sprintf("overlay mounts unavailable: %v", err))
 	}
 }
 
@@ -182,26 +184,4 @@ func TestSummarize(t *testing.T) {
 			t.Errorf("summarize(%v) = %+v; want median %v p90 %v", tc.in, c, tc.median, tc.p90)
 		}
 	}
-}
-
-// TestWorkspaceFull runs the benchmark at full size and prints the table:
-//
-//	AGENTBOX_BENCH_FULL=1 go test ./internal/bench -run TestWorkspaceFull -v -timeout 1h
-//
-// AGENTBOX_BENCH_FILES, AGENTBOX_BENCH_RUNS and AGENTBOX_BENCH_DIR override
-// the defaults.
-func TestWorkspaceFull(t *testing.T) {
-	if os.Getenv("AGENTBOX_BENCH_FULL") == "" {
-		t.Skip("set AGENTBOX_BENCH_FULL=1 to run the full-size benchmark")
-	}
-	needOverlay(t)
-	opts := WorkspaceOptions{Files: envInt("AGENTBOX_BENCH_FILES", 0), Runs: envInt("AGENTBOX_BENCH_RUNS", 0), DataDir: os.Getenv("AGENTBOX_BENCH_DIR")}
-	res, err := Workspace(context.Background(), opts, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	res.Print(&out)
-	b, _ := json.MarshalIndent(res, "", "  ")
-	t.Logf("\n%s\n%s", out.String(), b)
 }

@@ -1,3 +1,8 @@
+// A measurement: it asserts nothing about time, takes minutes, and so is
+// built only with -tags measure (scripts/test.sh vets it so).
+
+//go:build measure
+
 package bench
 
 import (
@@ -75,13 +80,10 @@ func envInt(name string, def int) int {
 // and manager.ForkWorkspace (overlay) do, by replaying their steps with the
 // same functions, next to the real calls:
 //
-//	AGENTBOX_BENCH_PROFILE=1 go test ./internal/bench -run TestProfile -v
+//	go test -tags measure ./internal/bench -run TestProfile -v
 //
 // AGENTBOX_BENCH_FILES and AGENTBOX_BENCH_RUNS override 20000 and 15.
 func TestProfile(t *testing.T) {
-	if os.Getenv("AGENTBOX_BENCH_PROFILE") == "" {
-		t.Skip("set AGENTBOX_BENCH_PROFILE=1 to profile workspace create and fork")
-	}
 	needOverlay(t)
 	ctx := context.Background()
 	opts := WorkspaceOptions{Files: envInt("AGENTBOX_BENCH_FILES", DefaultFiles), Runs: envInt("AGENTBOX_BENCH_RUNS", DefaultRuns)}.withDefaults()

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // allocated is what the file system says path takes.
@@ -82,10 +84,7 @@ func TestExclusiveCountsOnlyWhatRemovalFrees(t *testing.T) {
 
 func TestTreeSkipsMounts(t *testing.T) {
 	if os.Geteuid() != 0 {
-		if os.Getenv("AGENTBOX_REQUIRE_SETUP") == "1" {
-			t.Fatal("AGENTBOX_REQUIRE_SETUP=1 but mounting needs root")
-		}
-		t.Skip("mounting a tmpfs needs root")
+		skip.OrFail(t, "mounting a tmpfs needs root")
 	}
 	dir := t.TempDir()
 	mnt := filepath.Join(dir, "ws", "merged")

@@ -19,11 +19,8 @@ import (
 
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/sandbox/backendtest"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
-
-// requireSetupEnv, when "1", says scripts/setup.sh has run on this machine, so every
-// check must be ok: CI sets it. Without it, only what holds on any Linux box is asserted.
-const requireSetupEnv = "AGENTBOX_REQUIRE_SETUP"
 
 var allNames = []string{
 	"overlayfs", "user-namespaces", "cgroups", "landlock", "seccomp",
@@ -58,7 +55,7 @@ func TestRunOnThisMachine(t *testing.T) {
 	// The local probe's root file system: busybox unpacked from the engine into a cache
 	// of the test's own, as the local backend does on first use.
 	cache := t.TempDir()
-	if os.Getenv(requireSetupEnv) == "1" {
+	if skip.Required() {
 		if _, err := image.Unpack(t.Context(), "agentbox/busybox:latest", cache); err != nil {
 			t.Fatalf("unpacking busybox for the local probe: %v", err)
 		}
@@ -117,13 +114,15 @@ func TestRunOnThisMachine(t *testing.T) {
 		t.Errorf("a mount under %s is still in /proc/self/mountinfo", dataDir)
 	}
 
-	if os.Getenv(requireSetupEnv) != "1" {
-		t.Logf("%s is not 1: not requiring every check to be ok", requireSetupEnv)
+	// AGENTBOX_REQUIRE_SETUP=1 says scripts/setup.sh has run on this machine, so every
+	// check must be ok: CI sets it. Without it, only what holds on any Linux box is asserted.
+	if !skip.Required() {
+		t.Logf("%s is not 1: not requiring every check to be ok", skip.RequireSetupEnv)
 		return
 	}
 	for _, c := range r.Checks {
 		if c.Status != StatusOK {
-			t.Errorf("%s=1 but %s is %s: %s (fix: %s)", requireSetupEnv, c.Name, c.Status, c.Detail, c.Fix)
+			t.Errorf("%s=1 but %s is %s: %s (fix: %s)", skip.RequireSetupEnv, c.Name, c.Status, c.Detail, c.Fix)
 		}
 	}
 	if len(r.Probes) != 3 {
@@ -306,7 +305,7 @@ func TestDockerHostFromEnvironment(t *testing.T) {
 
 func TestOverlayDataDirMissing(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the overlay test mount runs only as root")
+		skip.OrFail(t, "the overlay test mount runs only as root")
 	}
 	dir := filepath.Join(t.TempDir(), "does", "not", "exist")
 	c := checkOverlay(t.Context(), Options{DataDir: dir})

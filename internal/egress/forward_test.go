@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // seen is what an HTTP upstream received.
@@ -411,7 +412,7 @@ func TestForwardDialsCheckedAddress(t *testing.T) {
 	port := strconv.Itoa(v4.port())
 	ln, err := net.Listen("tcp", "[::1]:"+port)
 	if err != nil {
-		t.Skipf("no ::1 listener on port %s: %v", port, err)
+		skip.OrFail(t, fmt.Sprintf("no ::1 listener on port %s: %v", port, err))
 	}
 	v6 := newHTTPUpstream(t, ln, []byte("v6"))
 	e := newEnv(t, nil)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 func TestConnectTLSEndToEnd(t *testing.T) {
@@ -390,7 +393,7 @@ func TestDialsCheckedAddress(t *testing.T) {
 	port := strconv.Itoa(v4.port())
 	v6ln, err := net.Listen("tcp", "[::1]:"+port)
 	if err != nil {
-		t.Skipf("no ::1 listener on port %s: %v", port, err)
+		skip.OrFail(t, fmt.Sprintf("no ::1 listener on port %s: %v", port, err))
 	}
 	v6ln.Close()
 	v6 := newRawUpstream(t, "tcp", "[::1]:"+port, len(hello), nil)

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // noOwner leaves ownership alone, so tests that do not check it do not
@@ -136,7 +137,7 @@ func TestWriteParents(t *testing.T) {
 
 func TestWriteOwner(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("chown needs root; CI runs this package as root")
+		skip.OrFail(t, "chown needs root; CI runs this package as root")
 	}
 	e := newEnv(t, Options{UID: 1000, GID: 1001})
 	ctx := t.Context()

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // These tests run the guest for real as the init of a busybox sandbox: a
@@ -351,10 +353,10 @@ func buildRootfs(t testing.TB) string {
 	t.Helper()
 	busybox, err := exec.LookPath("busybox")
 	if err != nil {
-		skipOrFail(t, "busybox is not installed (Debian package busybox-static)")
+		skip.OrFail(t, "busybox is not installed (Debian package busybox-static)")
 	}
 	if out, err := exec.Command("file", "-L", busybox).Output(); err == nil && !bytes.Contains(out, []byte("statically linked")) {
-		skipOrFail(t, busybox+" is not static: install busybox-static")
+		skip.OrFail(t, busybox+" is not static: install busybox-static")
 	}
 	list, err := exec.Command(busybox, "--list").Output()
 	if err != nil {
@@ -393,10 +395,10 @@ func buildRootfs(t testing.TB) string {
 func requireDocker(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("docker"); err != nil {
-		skipOrFail(t, "the docker CLI is not installed")
+		skip.OrFail(t, "the docker CLI is not installed")
 	}
 	if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
-		skipOrFail(t, fmt.Sprintf("no Docker engine: %v %s", err, out))
+		skip.OrFail(t, fmt.Sprintf("no Docker engine: %v %s", err, out))
 	}
 }
 
@@ -404,7 +406,7 @@ func requireRuntime(t testing.TB, name string) {
 	t.Helper()
 	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
 	if err != nil || !bytes.Contains(out, []byte(`"`+name+`"`)) {
-		skipOrFail(t, "the Docker engine has no "+name+" runtime")
+		skip.OrFail(t, "the Docker engine has no "+name+" runtime")
 	}
 }
 
@@ -585,7 +587,7 @@ func bwrapCommand(t testing.TB, rootfs, dir, token string, asPid1 bool, guestArg
 	t.Helper()
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
-		skipOrFail(t, "bubblewrap is not installed")
+		skip.OrFail(t, "bubblewrap is not installed")
 	}
 	args := []string{"--unshare-all", "--die-with-parent",
 		"--ro-bind", rootfs, "/",

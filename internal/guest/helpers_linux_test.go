@@ -17,18 +17,6 @@ import (
 	"time"
 )
 
-// requireSetupEnv, when "1", turns the skips of tests that need a container
-// engine or bubblewrap into failures: CI sets it.
-const requireSetupEnv = "AGENTBOX_REQUIRE_SETUP"
-
-func skipOrFail(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv(requireSetupEnv) == "1" {
-		t.Fatalf("%s=1 but %s", requireSetupEnv, reason)
-	}
-	t.Skip(reason)
-}
-
 // syncBuffer collects a child's stderr.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // landlockProbe runs one operation and prints "ok" or "denied:ERRNO". It
@@ -60,11 +62,11 @@ func hostLandlockABI() int {
 func TestLandlock(t *testing.T) {
 	t.Parallel()
 	if abi := hostLandlockABI(); abi < 6 {
-		skipOrFail(t, fmt.Sprintf("the kernel's Landlock ABI is %d; this test needs 6", abi))
+		skip.OrFail(t, fmt.Sprintf("the kernel's Landlock ABI is %d; this test needs 6", abi))
 	}
 	python := "/usr/bin/python3"
 	if _, err := os.Stat(python); err != nil {
-		skipOrFail(t, "no "+python+" for the probes")
+		skip.OrFail(t, "no "+python+" for the probes")
 	}
 
 	// Host-side targets.

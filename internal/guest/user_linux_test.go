@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // TestGuestUser starts the guest as root on the host, as the docker and
@@ -18,7 +20,7 @@ import (
 func TestGuestUser(t *testing.T) {
 	t.Parallel()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "starting the guest as root needs root")
+		skip.OrFail(t, "starting the guest as root needs root")
 	}
 	const guestUID, cmdUID = 65533, 1000
 	dir := shortDir(t)

@@ -19,11 +19,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
-
-// requireSetupEnv, when "1", turns the skips below into failures: CI sets
-// it so that a broken environment cannot pass as a green run.
-const requireSetupEnv = "AGENTBOX_REQUIRE_SETUP"
 
 // debianEnv switches on the Debian build test: it runs debootstrap against
 // a real mirror and takes minutes.
@@ -31,10 +28,7 @@ const debianEnv = "AGENTBOX_TEST_DEBIAN"
 
 func skipOrFail(t *testing.T, reason string) {
 	t.Helper()
-	if os.Getenv(requireSetupEnv) == "1" {
-		t.Fatalf("%s=1 but %s", requireSetupEnv, reason)
-	}
-	t.Skip(reason)
+	skip.OrFail(t, reason)
 }
 
 // requireEngine skips (or fails under AGENTBOX_REQUIRE_SETUP=1) unless this
@@ -430,7 +424,7 @@ func TestEngineUnavailable(t *testing.T) {
 // AGENTBOX_TEST_DEBIAN_CACHE names a cache directory kept between runs.
 func TestBuildDebian(t *testing.T) {
 	if os.Getenv(debianEnv) != "1" {
-		t.Skipf("set %s=1 to debootstrap the Debian image (takes minutes)", debianEnv)
+		skipOrFail(t, fmt.Sprintf("set %s=1 to debootstrap the Debian image (takes minutes; scripts/test.sh sets it)", debianEnv))
 	}
 	requireEngine(t)
 	ctx := t.Context()
@@ -574,7 +568,7 @@ func (c *cancelOn) Write(p []byte) (int, error) {
 // left: no directory, no mount, no process, no cache entry.
 func TestBuildDebianCancel(t *testing.T) {
 	if os.Getenv(debianEnv) != "1" {
-		t.Skipf("set %s=1 to debootstrap the Debian image (takes minutes)", debianEnv)
+		skipOrFail(t, fmt.Sprintf("set %s=1 to debootstrap the Debian image (takes minutes; scripts/test.sh sets it)", debianEnv))
 	}
 	requireEngine(t)
 	dir := t.TempDir()

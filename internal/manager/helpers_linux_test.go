@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/mountinfo"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 
 	"golang.org/x/sys/unix"
 
@@ -22,10 +23,6 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
-
-// requireSetupEnv, when "1", turns the skips below into failures: CI sets
-// it so that a broken environment cannot pass as a green run.
-const requireSetupEnv = "AGENTBOX_REQUIRE_SETUP"
 
 const (
 	testUID = 1000
@@ -37,21 +34,15 @@ const (
 // sandbox user needs root, the overlay driver needs overlay mounts.
 func requireDriver(t *testing.T, driver string) {
 	t.Helper()
-	skip := func(reason string) {
-		if os.Getenv(requireSetupEnv) == "1" {
-			t.Fatalf("%s=1 but %s", requireSetupEnv, reason)
-		}
-		t.Skip(reason)
-	}
 	if _, err := exec.LookPath("git"); err != nil {
-		skip("git is not installed")
+		skip.OrFail(t, "git is not installed")
 	}
 	if os.Geteuid() != 0 {
-		skip("workspace tests chown files to the sandbox user and mount overlays: run as root")
+		skip.OrFail(t, "workspace tests chown files to the sandbox user and mount overlays: run as root")
 	}
 	if driver == workspace.Overlay {
 		if err := workspace.ProbeOverlay(t.TempDir()); err != nil {
-			skip("overlay mounts do not work here: " + err.Error())
+			skip.OrFail(t, "overlay mounts do not work here: "+err.Error())
 		}
 	}
 }

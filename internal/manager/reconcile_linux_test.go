@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
 
@@ -433,10 +435,7 @@ func TestReconcileLocalJails(t *testing.T) {
 	newBackend := func() {
 		b, err := local.New(local.Options{StateDir: stateDir, ImagesDir: imagesDir})
 		if err != nil {
-			if os.Getenv(requireSetupEnv) == "1" {
-				t.Fatalf("%s=1 but the local backend is unavailable: %v", requireSetupEnv, err)
-			}
-			t.Skipf("local backend unavailable: %v", err)
+			skip.OrFail(t, fmt.Sprintf("the local backend is unavailable: %v", err))
 		}
 		lb = b
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/diffcheck"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/forge"
 	"github.com/agentbox/agentbox/internal/ids"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/workspace"
@@ -487,4 +488,86 @@ func (m *Manager) RemoveForge(ctx context.Context, host string) error {
 	}
 	m.event(ctx, store.Event{Type: "forge.removed"}, map[string]any{"host": host})
 	return nil
+}
+
+// PullRequest pushes the newest approved candidate of workspace wsID (see
+// Push) and opens a pull request for it on the forge bound to the remote's
+// host, or updates the open one of the same branch: title from the task,
+// body from the candidate's evidence, labeled agentbox. Its number and URL
+// are recorded on the candidate.
+func (m *Manager) PullRequest(ctx context.Context, wsID string) (Candidate, error) {
+	c, err := m.Push(ctx, wsID)
+	if err != nil {
+		return Candidate{}, err
+	}
+	remote, err := forge.ParseRemote(c.Push.Remote)
+	if err != nil {
+		return Candidate{}, fmt.Errorf("workspace %s: a pull request needs a forge remote: %w", wsID, err)
+	}
+	binding, auth, err := m.forgeAuth(ctx, c.Push.Remote)
+	if err != nil {
+		return Candidate{}, err
+	}
+	if auth == nil {
+		return Candidate{}, fmt.Errorf("workspace %s: no forge is bound to %s (agentbox forge set %s --kind ... --secret ...): %w", wsID, remote.Host, remote.Host, errdefs.ErrConflict)
+	}
+	f, err := forge.New(forge.Config{Kind: binding.Kind, APIURL: binding.APIURL, Token: auth.Token})
+	if err != nil {
+		return Candidate{}, err
+	}
+	base, err := f.DefaultBranch(ctx, remote)
+	if err != nil {
+		return Candidate{}, err
+	}
+	title := c.Task
+	if title == "" {
+		title = "agentbox: changes of " + wsID
+	}
+	pr, err := f.OpenOrUpdatePR(ctx, remote, forge.PRRequest{Head: c.Push.Branch, Base: base, Title: title, Body: prBody(c), Labels: []string{"agentbox"}})
+	if err != nil {
+		m.event(ctx, store.Event{Type: "candidate.pr_failed", RepoID: c.RepoID, WorkspaceID: wsID},
+			map[string]any{"candidate": c.ID, "forge": binding.Host, "error": err.Error()})
+		return Candidate{}, err
+	}
+	now := time.Now().UTC()
+	c.PR = &apitypes.PRRecord{Forge: binding.Host, Number: pr.Number, URL: pr.URL, Updated: pr.Updated, At: now}
+	c.UpdatedAt = now
+	if err := m.st.UpdateCandidate(ctx, c, apitypes.DispositionApproved); err != nil {
+		return Candidate{}, err
+	}
+	m.event(ctx, store.Event{Type: "candidate.pr", RepoID: c.RepoID, WorkspaceID: wsID},
+		map[string]any{"candidate": c.ID, "number": pr.Number, "url": pr.URL, "updated": pr.Updated, "notes": pr.Notes})
+	return c, nil
+}
+
+// prBody is a pull request's description: the candidate's evidence, which
+// agentbox gathered, and where to find the candidate.
+func prBody(c Candidate) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Candidate `%s` of workspace `%s`, commit `%s` on base `%s`, approved by %s: %s\n\n",
+		c.ID, c.WorkspaceID, c.Commit, c.BaseCommit, c.Decision.Actor, c.Decision.Reason)
+	b.WriteString("### Evidence gathered by agentbox\n\n")
+	for _, ev := range []struct {
+		name string
+		e    *apitypes.CommandEvidence
+	}{{"Tests", c.Evidence.Tests}, {"Regression", c.Evidence.Regress}} {
+		if ev.e == nil {
+			continue
+		}
+		res := "passed"
+		if !ev.e.Passed {
+			res = failure(ev.e)
+		}
+		fmt.Fprintf(&b, "- **%s**: `%s`: %s in %.1f s, in a fresh sandbox on exactly this commit\n", ev.name, ev.e.Command, res, float64(ev.e.DurationMS)/1000)
+	}
+	if c.Evidence.Check.OK {
+		b.WriteString("- **Diff check**: no changed path outside the writable paths, no secret in the added lines\n")
+	}
+	s := c.Evidence.Stats
+	fmt.Fprintf(&b, "- **Change**: %d file(s), +%d −%d\n", s.Files, s.Insertions, s.Deletions)
+	if c.Evidence.Tests != nil && c.Evidence.Tests.Output != "" {
+		fmt.Fprintf(&b, "\n<details><summary>Test output (end)</summary>\n\n```\n%s\n```\n</details>\n", tailText(strings.ReplaceAll(c.Evidence.Tests.Output, "```", "'''"), 2000))
+	}
+	fmt.Fprintf(&b, "\nSee it with `agentbox review %s`.\n", c.WorkspaceID)
+	return b.String()
 }

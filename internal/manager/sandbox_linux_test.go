@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
 
@@ -60,10 +62,7 @@ func sandboxHarness(t *testing.T) (*harness, sandbox.Backend) {
 		_, err = be.List(t.Context(), map[string]string{sandbox.LabelManaged: "1"})
 	}
 	if err != nil {
-		if os.Getenv(requireSetupEnv) == "1" {
-			t.Fatalf("%s=1 but the docker backend is unavailable: %v", requireSetupEnv, err)
-		}
-		t.Skipf("docker backend unavailable: %v", err)
+		skip.OrFail(t, fmt.Sprintf("the docker backend is unavailable: %v", err))
 	}
 	gb := guestBinary(t)
 	h := &harness{t: t, driver: workspace.Overlay, data: t.TempDir(), home: t.TempDir()}

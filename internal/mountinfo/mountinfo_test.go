@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 func TestUnescape(t *testing.T) {
@@ -23,7 +25,7 @@ func TestMountPoints(t *testing.T) {
 		t.Fatalf("IsMountPoint(/) = %v, %v", ok, err)
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("mounting needs root")
+		skip.OrFail(t, "mounting needs root")
 	}
 	dir := filepath.Join(t.TempDir(), "with space")
 	inner := filepath.Join(dir, "inner")

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // TestCopyTreeFidelity: what overlayfs and git rely on survives a copy,
@@ -14,7 +16,7 @@ import (
 // never followed or inflated.
 func TestCopyTreeFidelity(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root for trusted.* attributes and device nodes")
+		skip.OrFail(t, "this needs root for trusted.* attributes and device nodes")
 	}
 	src, dst := filepath.Join(t.TempDir(), "src"), filepath.Join(t.TempDir(), "dst")
 	os.MkdirAll(filepath.Join(src, "d", "e"), 0o750)

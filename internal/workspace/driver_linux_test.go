@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/mountinfo"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
@@ -20,29 +21,19 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-// requireSetupEnv, when "1", turns the skips below into failures: CI sets
-// it so that a broken environment cannot pass as a green run.
-const requireSetupEnv = "AGENTBOX_REQUIRE_SETUP"
-
 const testUID, testGID = 1000, 1000
 
 func requireDriver(t *testing.T, driver string) {
 	t.Helper()
-	skip := func(reason string) {
-		if os.Getenv(requireSetupEnv) == "1" {
-			t.Fatalf("%s=1 but %s", requireSetupEnv, reason)
-		}
-		t.Skip(reason)
-	}
 	if _, err := exec.LookPath("git"); err != nil {
-		skip("git is not installed")
+		skip.OrFail(t, "git is not installed")
 	}
 	if os.Geteuid() != 0 {
-		skip("driver tests chown files to the sandbox user and mount overlays: run as root")
+		skip.OrFail(t, "driver tests chown files to the sandbox user and mount overlays: run as root")
 	}
 	if driver == Overlay {
 		if err := ProbeOverlay(t.TempDir()); err != nil {
-			skip("overlay mounts do not work here: " + err.Error())
+			skip.OrFail(t, "overlay mounts do not work here: "+err.Error())
 		}
 	}
 }

@@ -10,14 +10,13 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/image"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 	"go.uber.org/goleak"
 )
 
 // These tests run real bubblewrap jails with real cgroups, as root: they
 // skip without root or bubblewrap, and fail instead under
 // AGENTBOX_REQUIRE_SETUP=1 (CI).
-
-const requireSetupEnv = "AGENTBOX_REQUIRE_SETUP"
 
 // canaryEnv is set in the test process, the daemon's stand-in: no sandbox
 // may ever see it.
@@ -102,8 +101,5 @@ func requireJails(t *testing.T) {
 	if setupErr == nil {
 		return
 	}
-	if os.Getenv(requireSetupEnv) == "1" {
-		t.Fatalf("%s=1 but %v", requireSetupEnv, setupErr)
-	}
-	t.Skip(setupErr)
+	skip.OrFail(t, setupErr.Error())
 }

@@ -22,20 +22,19 @@ import (
 
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // RequireSetupEnv, when "1", turns skips for a missing engine, runtime or
 // privilege into failures: CI sets it so that a broken environment cannot
 // pass as a green run.
-const RequireSetupEnv = "AGENTBOX_REQUIRE_SETUP"
+const RequireSetupEnv = skip.RequireSetupEnv
 
-// SkipOrFail skips t with reason, or fails it under AGENTBOX_REQUIRE_SETUP=1.
+// SkipOrFail skips t with reason, or fails it under AGENTBOX_REQUIRE_SETUP=1:
+// skip.OrFail, kept here for the backends' harnesses.
 func SkipOrFail(t testing.TB, reason string) {
 	t.Helper()
-	if os.Getenv(RequireSetupEnv) == "1" {
-		t.Fatalf("%s=1 but %s", RequireSetupEnv, reason)
-	}
-	t.Skip(reason)
+	skip.OrFail(t, reason)
 }
 
 // Harness is what a backend gives the suite.
