@@ -15,13 +15,13 @@ func TestParseRemote(t *testing.T) {
 		in   string
 		want Remote
 	}{
-		{"https://github.com/octo/hello.git", Remote{"github.com", "octo", "hello"}},
-		{"https://github.com/octo/hello", Remote{"github.com", "octo", "hello"}},
-		{"https://github.com/octo/hello/", Remote{"github.com", "octo", "hello"}},
-		{"https://GitLab.Example.com/a/b/c.git", Remote{"gitlab.example.com", "a/b", "c"}},
-		{"http://127.0.0.1:3000/admin/my-repo_1.x.git", Remote{"127.0.0.1:3000", "admin", "my-repo_1.x"}},
-		{"http://[::1]:3000/admin/r", Remote{"[::1]:3000", "admin", "r"}},
-		{"http://localhost/admin/r", Remote{"localhost", "admin", "r"}},
+		{"https://github.com/octo/hello.git", Remote{Host: "github.com", Owner: "octo", Repo: "hello"}},
+		{"https://github.com/octo/hello", Remote{Host: "github.com", Owner: "octo", Repo: "hello"}},
+		{"https://github.com/octo/hello/", Remote{Host: "github.com", Owner: "octo", Repo: "hello"}},
+		{"https://GitLab.Example.com/a/b/c.git", Remote{Host: "gitlab.example.com", Owner: "a/b", Repo: "c"}},
+		{"http://127.0.0.1:3000/admin/my-repo_1.x.git", Remote{Host: "127.0.0.1:3000", Owner: "admin", Repo: "my-repo_1.x"}},
+		{"http://[::1]:3000/admin/r", Remote{Host: "[::1]:3000", Owner: "admin", Repo: "r"}},
+		{"http://localhost/admin/r", Remote{Host: "localhost", Owner: "admin", Repo: "r"}},
 	}
 	for _, c := range good {
 		got, err := ParseRemote(c.in)
@@ -91,9 +91,9 @@ func TestRemoteValidation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bad := []Remote{{"h", "", "r"}, {"h", "o", ""}, {"h", "..", "r"}, {"h", "o", ".."}, {"h", "o/../x", "r"}, {"h", "o", "r?x=1"}, {"h", "o", "r/pulls"}}
+		bad := []Remote{{Host: "h", Owner: "", Repo: "r"}, {Host: "h", Owner: "o", Repo: ""}, {Host: "h", Owner: "..", Repo: "r"}, {Host: "h", Owner: "o", Repo: ".."}, {Host: "h", Owner: "o/../x", Repo: "r"}, {Host: "h", Owner: "o", Repo: "r?x=1"}, {Host: "h", Owner: "o", Repo: "r/pulls"}}
 		if kind != KindGitLab {
-			bad = append(bad, Remote{"h", "a/b", "r"})
+			bad = append(bad, Remote{Host: "h", Owner: "a/b", Repo: "r"})
 		}
 		for _, r := range bad {
 			if _, err := f.DefaultBranch(t.Context(), r); !errors.Is(err, errdefs.ErrInvalid) {
@@ -111,7 +111,7 @@ func TestRequestValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Remote{"github.com", "o", "r"}
+	r := Remote{Host: "github.com", Owner: "o", Repo: "r"}
 	for _, req := range []PRRequest{
 		{Head: "", Base: "main", Title: "x"},
 		{Head: "main", Base: "main", Title: "x"},

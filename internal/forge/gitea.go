@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/forge/forgeapi"
 )
 
 // gitea speaks the Gitea API v1, which Forgejo shares. Its issue label
@@ -46,7 +47,7 @@ func (g *gitea) call(ctx context.Context, r Remote, method, path string, body, o
 }
 
 func (g *gitea) DefaultBranch(ctx context.Context, r Remote) (string, error) {
-	if err := validRemote(g.kind, r); err != nil {
+	if err := forgeapi.ValidRemote(g.kind, r); err != nil {
 		return "", err
 	}
 	var repo struct {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/agentbox/agentbox/internal/forge/forgeapi"
 )
 
 // github speaks the GitHub REST API (github.com and GitHub Enterprise
@@ -37,7 +39,7 @@ func (g *github) call(ctx context.Context, r Remote, method, path string, body, 
 }
 
 func (g *github) DefaultBranch(ctx context.Context, r Remote) (string, error) {
-	if err := validRemote(g.kind, r); err != nil {
+	if err := forgeapi.ValidRemote(g.kind, r); err != nil {
 		return "", err
 	}
 	var repo struct {

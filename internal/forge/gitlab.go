@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/forge/forgeapi"
 )
 
 // gitlab speaks the GitLab REST API v4. A pull request is a merge request
@@ -40,7 +41,7 @@ func (g *gitlab) call(ctx context.Context, r Remote, method, path string, body, 
 }
 
 func (g *gitlab) DefaultBranch(ctx context.Context, r Remote) (string, error) {
-	if err := validRemote(g.kind, r); err != nil {
+	if err := forgeapi.ValidRemote(g.kind, r); err != nil {
 		return "", err
 	}
 	var p struct {
