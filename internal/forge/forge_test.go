@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/google/go-cmp/cmp"
@@ -14,13 +15,13 @@ func TestParseRemote(t *testing.T) {
 		in   string
 		want Remote
 	}{
-		{"https://github.com/octo/hello.git", Remote{"github.com", "octo", "hello"}},
-		{"https://github.com/octo/hello", Remote{"github.com", "octo", "hello"}},
-		{"https://github.com/octo/hello/", Remote{"github.com", "octo", "hello"}},
-		{"https://GitLab.Example.com/a/b/c.git", Remote{"gitlab.example.com", "a/b", "c"}},
-		{"http://127.0.0.1:3000/admin/my-repo_1.x.git", Remote{"127.0.0.1:3000", "admin", "my-repo_1.x"}},
-		{"http://[::1]:3000/admin/r", Remote{"[::1]:3000", "admin", "r"}},
-		{"http://localhost/admin/r", Remote{"localhost", "admin", "r"}},
+		{"https://github.com/octo/hello.git", Remote{Host: "github.com", Owner: "octo", Repo: "hello"}},
+		{"https://github.com/octo/hello", Remote{Host: "github.com", Owner: "octo", Repo: "hello"}},
+		{"https://github.com/octo/hello/", Remote{Host: "github.com", Owner: "octo", Repo: "hello"}},
+		{"https://GitLab.Example.com/a/b/c.git", Remote{Host: "gitlab.example.com", Owner: "a/b", Repo: "c"}},
+		{"http://127.0.0.1:3000/admin/my-repo_1.x.git", Remote{Host: "127.0.0.1:3000", Owner: "admin", Repo: "my-repo_1.x"}},
+		{"http://[::1]:3000/admin/r", Remote{Host: "[::1]:3000", Owner: "admin", Repo: "r"}},
+		{"http://localhost/admin/r", Remote{Host: "localhost", Owner: "admin", Repo: "r"}},
 	}
 	for _, c := range good {
 		got, err := ParseRemote(c.in)
@@ -90,9 +91,9 @@ func TestRemoteValidation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bad := []Remote{{"h", "", "r"}, {"h", "o", ""}, {"h", "..", "r"}, {"h", "o", ".."}, {"h", "o/../x", "r"}, {"h", "o", "r?x=1"}, {"h", "o", "r/pulls"}}
+		bad := []Remote{{Host: "h", Owner: "", Repo: "r"}, {Host: "h", Owner: "o", Repo: ""}, {Host: "h", Owner: "..", Repo: "r"}, {Host: "h", Owner: "o", Repo: ".."}, {Host: "h", Owner: "o/../x", Repo: "r"}, {Host: "h", Owner: "o", Repo: "r?x=1"}, {Host: "h", Owner: "o", Repo: "r/pulls"}}
 		if kind != KindGitLab {
-			bad = append(bad, Remote{"h", "a/b", "r"})
+			bad = append(bad, Remote{Host: "h", Owner: "a/b", Repo: "r"})
 		}
 		for _, r := range bad {
 			if _, err := f.DefaultBranch(t.Context(), r); !errors.Is(err, errdefs.ErrInvalid) {
@@ -110,7 +111,7 @@ func TestRequestValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Remote{"github.com", "o", "r"}
+	r := Remote{Host: "github.com", Owner: "o", Repo: "r"}
 	for _, req := range []PRRequest{
 		{Head: "", Base: "main", Title: "x"},
 		{Head: "main", Base: "main", Title: "x"},
@@ -125,5 +126,16 @@ func TestRequestValidation(t *testing.T) {
 		if _, err := f.OpenOrUpdatePR(t.Context(), r, req); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("OpenOrUpdatePR(%+v) = %v, want ErrInvalid", req, err)
 		}
+	}
+}
+
+func TestFitBody(t *testing.T) {
+	if b, n := fitBody("short", 10); b != "short" || n != nil {
+		t.Errorf("fitBody(short) = %q, %q", b, n)
+	}
+	long := strings.Repeat("é", 70000)
+	b, n := fitBody(long, githubMaxBody)
+	if c := utf8.RuneCountInString(b); c != githubMaxBody || !utf8.ValidString(b) || !strings.HasSuffix(b, "characters]") || len(n) != 1 {
+		t.Errorf("fitBody(70000 runes) = %d runes, valid %v, notes %q", c, utf8.ValidString(b), n)
 	}
 }

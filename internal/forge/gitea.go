@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/forge/forgeapi"
 )
 
 // gitea speaks the Gitea API v1, which Forgejo shares. Its issue label
@@ -46,7 +47,7 @@ func (g *gitea) call(ctx context.Context, r Remote, method, path string, body, o
 }
 
 func (g *gitea) DefaultBranch(ctx context.Context, r Remote) (string, error) {
-	if err := validRemote(g.kind, r); err != nil {
+	if err := forgeapi.ValidRemote(g.kind, r); err != nil {
 		return "", err
 	}
 	var repo struct {
@@ -85,9 +86,11 @@ func (g *gitea) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (PR
 		return PR{}, err
 	}
 	labels := uniqueLabels(req.Labels)
+	var notes []string
+	req.Body, notes = fitBody(req.Body, otherMaxBody)
 	pulls := "/repos/" + r.String() + "/pulls"
 	return openOrUpdate(ctx, prSteps{
-		head: req.Head, base: req.Base,
+		head: req.Head, base: req.Base, notes: notes,
 		find: func(ctx context.Context) (*PR, error) {
 			// The list cannot filter by head branch: walk the open ones.
 			var found *PR

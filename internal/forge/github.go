@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/agentbox/agentbox/internal/forge/forgeapi"
 )
 
 // github speaks the GitHub REST API (github.com and GitHub Enterprise
@@ -37,7 +39,7 @@ func (g *github) call(ctx context.Context, r Remote, method, path string, body, 
 }
 
 func (g *github) DefaultBranch(ctx context.Context, r Remote) (string, error) {
-	if err := validRemote(g.kind, r); err != nil {
+	if err := forgeapi.ValidRemote(g.kind, r); err != nil {
 		return "", err
 	}
 	var repo struct {
@@ -72,9 +74,11 @@ func (g *github) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (P
 		return PR{}, err
 	}
 	labels := uniqueLabels(req.Labels)
+	var notes []string
+	req.Body, notes = fitBody(req.Body, githubMaxBody)
 	pulls := "/repos/" + r.String() + "/pulls"
 	return openOrUpdate(ctx, prSteps{
-		head: req.Head, base: req.Base,
+		head: req.Head, base: req.Base, notes: notes,
 		find: func(ctx context.Context) (*PR, error) {
 			// head is "owner:branch": the branch is pushed to the same repository.
 			q := url.Values{"head": {r.Owner + ":" + req.Head}, "state": {"open"}, "per_page": {"100"}}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/google/go-cmp/cmp"
@@ -116,6 +117,10 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				f.reply(w, 422, map[string]any{"message": "Validation Failed", "errors": []any{map[string]any{"resource": "PullRequest", "field": k, "code": "missing_field"}}})
 				return
 			}
+		}
+		if b, _ := body["body"].(string); utf8.RuneCountInString(b) > 65536 {
+			f.reply(w, 422, map[string]any{"message": "Validation Failed", "errors": []any{map[string]any{"resource": "Issue", "code": "custom", "field": "body", "message": "body is too long (maximum is 65536 characters)"}}})
+			return
 		}
 		for n := 1; n < f.next; n++ {
 			p := f.pulls[n]
@@ -262,6 +267,18 @@ func TestGitHub(t *testing.T) {
 		t.Errorf("PR with a forbidden label = %+v; want number 3 and a note naming the label and 403", pr)
 	}
 
+	// A body GitHub would refuse is cut, with a note.
+	fake.mu.Lock()
+	fake.labelsForbidden = false
+	fake.mu.Unlock()
+	pr, err = f.OpenOrUpdatePR(ctx, r, PRRequest{Head: "long", Base: "trunk", Title: "Long", Body: strings.Repeat("x", 100000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pr.Notes) != 1 || !strings.Contains(pr.Notes[0], "cut") {
+		t.Errorf("PR with a long body = %+v; want a note that it was cut", pr)
+	}
+
 	// Unknown repository.
 	_, err = f.DefaultBranch(ctx, Remote{Host: "github.com", Owner: "octo", Repo: "nope"})
 	if !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "github octo/nope") || !strings.Contains(err.Error(), "404") {
@@ -369,10 +386,12 @@ func TestNoRedirect(t *testing.T) {
 		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
 	}))
 	defer srv.Close()
-	f, _ := New(Config{Kind: KindGitea, APIURL: srv.URL, Token: testToken})
-	_, err := f.DefaultBranch(t.Context(), Remote{Host: "x", Owner: "o", Repo: "r"})
-	if err == nil || !strings.Contains(err.Error(), "307") {
-		t.Errorf("redirect: %v; want an error naming 307", err)
+	for _, hc := range []*http.Client{nil, http.DefaultClient} {
+		f, _ := New(Config{Kind: KindGitea, APIURL: srv.URL, Token: testToken, HTTPClient: hc})
+		_, err := f.DefaultBranch(t.Context(), Remote{Host: "x", Owner: "o", Repo: "r"})
+		if err == nil || !strings.Contains(err.Error(), "307") {
+			t.Errorf("redirect: %v; want an error naming 307", err)
+		}
 	}
 	if leaked {
 		t.Error("the redirect was followed")

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/forge/forgeapi"
 )
 
 // gitlab speaks the GitLab REST API v4. A pull request is a merge request
@@ -40,7 +41,7 @@ func (g *gitlab) call(ctx context.Context, r Remote, method, path string, body, 
 }
 
 func (g *gitlab) DefaultBranch(ctx context.Context, r Remote) (string, error) {
-	if err := validRemote(g.kind, r); err != nil {
+	if err := forgeapi.ValidRemote(g.kind, r); err != nil {
 		return "", err
 	}
 	var p struct {
@@ -73,6 +74,8 @@ func (g *gitlab) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (P
 		return PR{}, err
 	}
 	labels := uniqueLabels(req.Labels)
+	var notes []string
+	req.Body, notes = fitBody(req.Body, otherMaxBody)
 	for _, l := range labels {
 		// The API takes labels as one comma-separated string.
 		if strings.Contains(l, ",") {
@@ -81,7 +84,7 @@ func (g *gitlab) OpenOrUpdatePR(ctx context.Context, r Remote, req PRRequest) (P
 	}
 	mrs := g.project(r) + "/merge_requests"
 	return openOrUpdate(ctx, prSteps{
-		head: req.Head, base: req.Base,
+		head: req.Head, base: req.Base, notes: notes,
 		find: func(ctx context.Context) (*PR, error) {
 			q := url.Values{"state": {"opened"}, "source_branch": {req.Head}, "per_page": {"100"}}
 			var list []gitlabMR
