@@ -24,6 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/egress/mitm"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/flock"
+	"github.com/agentbox/agentbox/internal/forge"
 	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -116,7 +117,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		Author:     workspace.Author{Name: cfg.AuthorName, Email: cfg.AuthorEmail},
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log, DiskQuota: int64(cfg.WorkspaceDiskQuota),
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
-		Egress: proxy, Secrets: box, CABundle: caBundle(ca), Observer: metrics,
+		Egress: proxy, Secrets: box, Forges: forge.Open, CABundle: caBundle(ca), Observer: metrics,
 		IdleTimeout: cfg.SandboxIdleTimeout.Duration, MaxAge: cfg.SandboxMaxAge.Duration, WarmPool: warmPools(cfg),
 		DataBudget: int64(cfg.DataBudget), WorkspaceRetention: cfg.WorkspaceRetention.Duration,
 		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {

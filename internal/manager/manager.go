@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/diffcheck"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/fileapi"
+	"github.com/agentbox/agentbox/internal/forge/forgeapi"
 	"github.com/agentbox/agentbox/internal/ids"
 	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/policy"
@@ -99,6 +100,10 @@ type Config struct {
 	Egress Egress
 	// Secrets is the daemon's secret store (*secrets.Box); nil: none.
 	Secrets Secrets
+	// Forges reaches a forge's pull request API (forge.Open in the daemon);
+	// nil: no pull requests. A function, so that the manager stays free of
+	// net/http (see imports_test.go).
+	Forges forgeapi.NewFunc
 	// Intercept, with Secrets, lets policies bind secrets: it extends a
 	// sandbox's allowlist with what swaps the values in at the egress
 	// proxy (package egress/mitm) and returns the placeholder each secret

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"path"
 	"slices"
@@ -14,7 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/diffcheck"
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/forge"
+	"github.com/agentbox/agentbox/internal/forge/forgeapi"
 	"github.com/agentbox/agentbox/internal/ids"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/workspace"
@@ -451,6 +452,11 @@ func (m *Manager) SetForge(ctx context.Context, f store.ForgeBinding) (store.For
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
 			return f, errdefs.Invalid("forge %s: API URL %q is not an http(s) URL without credentials", f.Host, f.APIURL)
 		}
+		// The token crosses the network in clear over http: only to a
+		// forge on this machine.
+		if ip := net.ParseIP(u.Hostname()); u.Scheme == "http" && u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return f, errdefs.Invalid("forge %s: API URL %q: plain http only to a loopback host; use https", f.Host, f.APIURL)
+		}
 	}
 	for _, p := range f.Protected {
 		if _, err := path.Match(p, ""); err != nil {
@@ -500,7 +506,7 @@ func (m *Manager) PullRequest(ctx context.Context, wsID string) (Candidate, erro
 	if err != nil {
 		return Candidate{}, err
 	}
-	remote, err := forge.ParseRemote(c.Push.Remote)
+	remote, err := forgeapi.ParseRemote(c.Push.Remote)
 	if err != nil {
 		return Candidate{}, fmt.Errorf("workspace %s: a pull request needs a forge remote: %w", wsID, err)
 	}
@@ -511,7 +517,10 @@ func (m *Manager) PullRequest(ctx context.Context, wsID string) (Candidate, erro
 	if auth == nil {
 		return Candidate{}, fmt.Errorf("workspace %s: no forge is bound to %s (agentbox forge set %s --kind ... --secret ...): %w", wsID, remote.Host, remote.Host, errdefs.ErrConflict)
 	}
-	f, err := forge.New(forge.Config{Kind: binding.Kind, APIURL: binding.APIURL, Token: auth.Token})
+	if m.cfg.Forges == nil {
+		return Candidate{}, fmt.Errorf("workspace %s: this daemon has no forge client (manager.Config.Forges): %w", wsID, errdefs.ErrUnavailable)
+	}
+	f, err := m.cfg.Forges(binding.Kind, binding.APIURL, auth.Token)
 	if err != nil {
 		return Candidate{}, err
 	}
@@ -523,7 +532,7 @@ func (m *Manager) PullRequest(ctx context.Context, wsID string) (Candidate, erro
 	if title == "" {
 		title = "agentbox: changes of " + wsID
 	}
-	pr, err := f.OpenOrUpdatePR(ctx, remote, forge.PRRequest{Head: c.Push.Branch, Base: base, Title: title, Body: prBody(c), Labels: []string{"agentbox"}})
+	pr, err := f.OpenOrUpdatePR(ctx, remote, forgeapi.PRRequest{Head: c.Push.Branch, Base: base, Title: title, Body: prBody(c), Labels: []string{"agentbox"}})
 	if err != nil {
 		m.event(ctx, store.Event{Type: "candidate.pr_failed", RepoID: c.RepoID, WorkspaceID: wsID},
 			map[string]any{"candidate": c.ID, "forge": binding.Host, "error": err.Error()})
