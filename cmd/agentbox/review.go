@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -272,4 +273,96 @@ func (c *cli) forgeCmd() *cobra.Command {
 	}
 	cmd.AddCommand(set, ls, rm)
 	return cmd
+}
+
+// comparison is one workspace's row of agentbox compare.
+type comparison struct {
+	Workspace   string `json:"workspace"`
+	Candidate   string `json:"candidate,omitempty"`
+	Disposition string `json:"disposition,omitempty"`
+	// Tests and Regress are "passed", "failed", or "" when not run.
+	Tests      string `json:"tests,omitempty"`
+	Regress    string `json:"regress,omitempty"`
+	Findings   int    `json:"findings"`
+	Files      int    `json:"files"`
+	Insertions int    `json:"insertions"`
+	Deletions  int    `json:"deletions"`
+	WallMS     int64  `json:"wall_ms"`
+	CPUMS      int64  `json:"cpu_ms"`
+	// Tokens are the model tokens the agent loop spent, when it made the
+	// candidate; 0 otherwise.
+	Tokens int64 `json:"tokens"`
+	// Note says why a row is empty (no candidate yet).
+	Note string `json:"note,omitempty"`
+}
+
+func (c *cli) compareCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "compare WS... [--json]",
+		Short: "Compare the newest candidates of several workspaces (parallel attempts) side by side",
+		Long: `Compare the newest candidate of each workspace, side by side: its
+disposition, tests and regression (passed or failed), the findings that
+block it, files and lines changed, and the wall and CPU time of its
+evidence commands. --json prints {"candidates": [...]} in the order given.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			rows := make([]comparison, 0, len(args))
+			for _, ws := range args {
+				cs, err := cl.Candidates(cmd.Context(), ws)
+				if err != nil {
+					return err
+				}
+				r := comparison{Workspace: ws}
+				if len(cs) == 0 {
+					r.Note = "no candidate: agentbox review " + ws + " --test CMD"
+					rows = append(rows, r)
+					continue
+				}
+				cand := cs[0]
+				r.Candidate, r.Disposition, r.Findings = cand.ID, cand.Disposition, len(cand.Findings)
+				s := cand.Evidence.Stats
+				r.Files, r.Insertions, r.Deletions = s.Files, s.Insertions, s.Deletions
+				for _, ev := range []struct {
+					e   *apitypes.CommandEvidence
+					out *string
+				}{{cand.Evidence.Tests, &r.Tests}, {cand.Evidence.Regress, &r.Regress}} {
+					if ev.e == nil {
+						continue
+					}
+					*ev.out = "failed"
+					if ev.e.Passed {
+						*ev.out = "passed"
+					}
+					r.WallMS += ev.e.DurationMS
+					r.CPUMS += ev.e.CPUMS
+				}
+				rows = append(rows, r)
+			}
+			return c.emit(struct {
+				Candidates []comparison `json:"candidates"`
+			}{rows}, func(w io.Writer) {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "WORKSPACE\tCANDIDATE\tDISPOSITION\tTESTS\tREGRESS\tFINDINGS\tFILES\t+/-\tWALL\tCPU")
+				dash := func(s string) string {
+					if s == "" {
+						return "-"
+					}
+					return s
+				}
+				for _, r := range rows {
+					if r.Candidate == "" {
+						fmt.Fprintf(tw, "%s\t-\t(%s)\t\t\t\t\t\t\t\n", r.Workspace, r.Note)
+						continue
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t+%d -%d\t%s\t%s\n", r.Workspace, r.Candidate, r.Disposition, dash(r.Tests), dash(r.Regress),
+						r.Findings, r.Files, r.Insertions, r.Deletions, time.Duration(r.WallMS)*time.Millisecond, time.Duration(r.CPUMS)*time.Millisecond)
+				}
+				tw.Flush()
+			})
+		},
+	}
 }

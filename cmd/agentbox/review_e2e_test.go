@@ -72,6 +72,25 @@ func TestReviewAndPush(t *testing.T) {
 	if rl["disposition"] != "blocked" || !strings.Contains(findings(rl), "check: github-token at deploy.env:1:14: ghp_…(40 bytes)") {
 		t.Errorf("the leaking attempt: %v %q", rl["disposition"], findings(rl))
 	}
+	cmp := ok("compare", pass, fail, leak, parent)["candidates"].([]any)
+	if len(cmp) != 4 {
+		t.Fatalf("compare: %v", cmp)
+	}
+	for i, want := range []struct {
+		disposition, tests string
+		findings           float64
+	}{{"ready", "passed", 0}, {"blocked", "failed", 1}, {"blocked", "passed", 1}} {
+		r := cmp[i].(map[string]any)
+		if r["disposition"] != want.disposition || r["tests"] != want.tests || r["findings"] != want.findings || r["files"] == float64(0) {
+			t.Errorf("compare row %d: %v, want %+v", i, r, want)
+		}
+	}
+	if r := cmp[3].(map[string]any); r["candidate"] != nil || !strings.Contains(r["note"].(string), "no candidate") {
+		t.Errorf("compare of a workspace without a candidate: %v", r)
+	}
+	if out, _, code := runCLI(t, data, "", "compare", pass, fail); code != 0 || !strings.Contains(out, "DISPOSITION") || !strings.Contains(out, "blocked") {
+		t.Errorf("compare table: exit %d\n%s", code, out)
+	}
 	// review WS again shows the newest candidate, makes none.
 	if again := ok("review", pass); again["id"] != rp["id"] {
 		t.Errorf("review %s shows %v, want the candidate %v", pass, again["id"], rp["id"])

@@ -223,7 +223,7 @@ func (m *Manager) evidence(ctx context.Context, wsID, cmd, tree string, timeout 
 		return nil, fmt.Errorf("review of %s: running %q: %w", wsID, cmd, err)
 	}
 	ev := &apitypes.CommandEvidence{Command: cmd, ExitCode: out.ExitCode, Signal: out.Signal, TimedOut: out.TimedOut, OOM: out.OOM,
-		DurationMS: out.DurationMS, Sandbox: out.SandboxID, Output: tailText(out.Stdout+out.Stderr, evidenceOutput)}
+		DurationMS: out.DurationMS, CPUMS: out.CPUNanos / 1e6, Sandbox: out.SandboxID, Output: tailText(out.Stdout+out.Stderr, evidenceOutput)}
 	ev.Passed = out.ExitCode == 0 && out.Signal == 0 && !out.TimedOut && !out.OOM && !out.Lost
 	return ev, nil
 }
