@@ -95,6 +95,10 @@ type Config struct {
 	// WorkspaceRetention lets the collector remove a clean workspace
 	// unused for this long; 0 (the default) never removes a workspace.
 	WorkspaceRetention Duration `json:"workspace_retention"`
+	// AutoApprove lets the daemon approve a candidate whose every check
+	// passed (tests, regression, diff check), recorded as approved by
+	// "policy". false (the default): a person approves.
+	AutoApprove bool `json:"auto_approve"`
 	// GCInterval is how often the daemon collects when a budget is set.
 	GCInterval Duration `json:"gc_interval"`
 	// ReconcileInterval is how often the reconciler compares the database
