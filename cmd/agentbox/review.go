@@ -16,6 +16,7 @@ import (
 
 func (c *cli) reviewCmd() *cobra.Command {
 	var req client.ReviewRequest
+	var fresh bool
 	cmd := &cobra.Command{
 		Use:   "review WS [--test CMD] [--regress CMD] [--timeout D] [--json]",
 		Short: "Make or show a workspace's candidate: its result with the evidence agentbox gathered",
@@ -28,7 +29,14 @@ regression commands (sh -c), each run in a fresh sandbox on a fork holding
 exactly that commit; the diff check (paths outside the writable paths,
 secrets); the diff's stats. It is blocked, naming each failed check, or
 ready for a person to approve. Without them, review shows the newest
-candidate (and makes one, blocked for want of tests, if there is none).
+candidate, or makes one (--new: always) with the commands of the repo's
+.agentbox.yaml as of the workspace's base commit, which the agent cannot
+change:
+
+  review:
+    test: python3 -m pytest -q
+    regress: make lint
+    timeout: 15m
 
   agentbox review approve CAND --reason TEXT
   agentbox review reject CAND --reason TEXT
@@ -42,7 +50,7 @@ rejected), findings and evidence.`,
 				return err
 			}
 			var cand client.Candidate
-			if req.Test == "" && req.Regress == "" {
+			if req.Test == "" && req.Regress == "" && !fresh {
 				cs, err := cl.Candidates(cmd.Context(), args[0])
 				if err != nil {
 					return err
@@ -63,6 +71,7 @@ rejected), findings and evidence.`,
 	cmd.Flags().StringVar(&req.Regress, "regress", "", "the regression command (sh -c), run the same way")
 	cmd.Flags().StringVar(&req.Timeout, "timeout", "", "bound on each command (default 10m)")
 	cmd.Flags().StringVarP(&req.Message, "message", "m", "", "commit message if the files are not committed yet (default: the task)")
+	cmd.Flags().BoolVar(&fresh, "new", false, "make a new candidate even without --test or --regress (the commands then come from the repo's .agentbox.yaml)")
 	cmd.AddCommand(c.decideCmd(true), c.decideCmd(false))
 	return cmd
 }

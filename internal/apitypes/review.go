@@ -16,8 +16,11 @@ const (
 // a commit, with evidence gathered by agentbox.
 type ReviewRequest struct {
 	// Test is the task's test command (sh -c), run in a fresh sandbox on
-	// exactly the candidate's commit. Without one the candidate is
-	// blocked: nothing shows the change works.
+	// exactly the candidate's commit. When neither Test nor Regress is
+	// given, both come from the repository's .agentbox.yaml (review: test,
+	// regress, timeout) as of the workspace's base commit, which the
+	// agent cannot change. Without any the candidate is blocked: nothing
+	// shows the change works.
 	Test string `json:"test,omitempty"`
 	// Regress is the regression command, run the same way after Test.
 	Regress string `json:"regress,omitempty"`
@@ -63,6 +66,9 @@ type Evidence struct {
 	Stats DiffStats  `json:"stats"`
 	// Note says what the commit folds together, when anything.
 	Note string `json:"note,omitempty"`
+	// CommandsFrom says where the test and regression commands came from:
+	// "request", or the repository's .agentbox.yaml at the base commit.
+	CommandsFrom string `json:"commands_from,omitempty"`
 }
 
 // CommandEvidence is the result of one command run for the evidence.

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/diffcheck"
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -42,22 +44,33 @@ const (
 // alone: blocked, naming each failed check, or ready (approved at once when
 // the daemon's policy says so). Nothing the agent reports counts.
 func (m *Manager) Review(ctx context.Context, wsID string, req apitypes.ReviewRequest) (Candidate, error) {
-	timeout := defaultReviewTimeout
-	if req.Timeout != "" {
-		d, err := time.ParseDuration(req.Timeout)
-		if err != nil || d <= 0 {
-			return Candidate{}, errdefs.Invalid("review timeout %q is not a positive duration", req.Timeout)
-		}
-		timeout = d
-	}
-	for what, cmd := range map[string]string{"test": req.Test, "regression": req.Regress} {
-		if len(cmd) > 4096 || strings.ContainsRune(cmd, 0) || !utf8.ValidString(cmd) {
-			return Candidate{}, errdefs.Invalid("the %s command is not a valid command line (at most 4096 bytes of text)", what)
-		}
+	if err := checkReviewRequest(req, "review"); err != nil {
+		return Candidate{}, err
 	}
 	w, drv, err := m.ready(ctx, wsID)
 	if err != nil {
 		return Candidate{}, err
+	}
+	from := "request"
+	if req.Test == "" && req.Regress == "" {
+		rc, found, err := m.repoReviewConfig(ctx, w, drv)
+		if err != nil {
+			return Candidate{}, err
+		}
+		if found {
+			from = RepoConfigFile + " at " + w.BaseCommit
+			req.Test, req.Regress = rc.Test, rc.Regress
+			if req.Timeout == "" {
+				req.Timeout = rc.Timeout
+			}
+		}
+	}
+	if err := checkReviewRequest(req, from); err != nil {
+		return Candidate{}, err
+	}
+	timeout := defaultReviewTimeout
+	if req.Timeout != "" {
+		timeout, _ = time.ParseDuration(req.Timeout)
 	}
 	msg := req.Message
 	if strings.TrimSpace(msg) == "" {
@@ -121,7 +134,7 @@ func (m *Manager) Review(ctx context.Context, wsID string, req apitypes.ReviewRe
 	now := time.Now().UTC()
 	c := Candidate{ID: ids.New("cand"), WorkspaceID: wsID, RepoID: w.RepoID, Task: w.Task, Commit: e.Tip, BaseCommit: w.BaseCommit,
 		Branch: e.Branch, Findings: []string{}, CreatedAt: now, UpdatedAt: now,
-		Evidence: apitypes.Evidence{Check: check, Stats: apitypes.DiffStats{Files: files, Insertions: ins, Deletions: dels}, Note: statsNote}}
+		Evidence: apitypes.Evidence{CommandsFrom: from, Check: check, Stats: apitypes.DiffStats{Files: files, Insertions: ins, Deletions: dels}, Note: statsNote}}
 	if checkErr != nil {
 		c.Findings = append(c.Findings, "check: the diff could not be checked: "+checkErr.Error())
 	}
@@ -179,6 +192,53 @@ func (m *Manager) Review(ctx context.Context, wsID string, req apitypes.ReviewRe
 			map[string]any{"candidate": c.ID, "reason": c.Decision.Reason})
 	}
 	return c, nil
+}
+
+// RepoConfigFile is the repository file a review reads its commands from
+// when the request names none, as of the workspace's base commit.
+const RepoConfigFile = ".agentbox.yaml"
+
+// repoReviewConfig is the review section of the repository's
+// RepoConfigFile at the workspace's base commit.
+func (m *Manager) repoReviewConfig(ctx context.Context, w store.Workspace, drv workspace.Driver) (apitypes.ReviewRequest, bool, error) {
+	l := m.lock(w.ID)
+	l.Lock()
+	b, ok, err := m.git(w, drv).FileAt(ctx, w.BaseCommit, RepoConfigFile, 64<<10)
+	l.Unlock()
+	if err != nil {
+		return apitypes.ReviewRequest{}, false, named(w.ID, err)
+	}
+	if !ok {
+		return apitypes.ReviewRequest{}, false, nil
+	}
+	var doc struct {
+		Review struct {
+			Test    string `json:"test"`
+			Regress string `json:"regress"`
+			Timeout string `json:"timeout"`
+		} `json:"review"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return apitypes.ReviewRequest{}, false, errdefs.Invalid("%s at %s: %v", RepoConfigFile, w.BaseCommit, err)
+	}
+	r := doc.Review
+	return apitypes.ReviewRequest{Test: r.Test, Regress: r.Regress, Timeout: r.Timeout}, r.Test != "" || r.Regress != "", nil
+}
+
+// checkReviewRequest checks the commands and timeout of a review, from
+// the request or the repository's file (from names which).
+func checkReviewRequest(req apitypes.ReviewRequest, from string) error {
+	if req.Timeout != "" {
+		if d, err := time.ParseDuration(req.Timeout); err != nil || d <= 0 {
+			return errdefs.Invalid("review timeout %q (%s) is not a positive duration", req.Timeout, from)
+		}
+	}
+	for what, cmd := range map[string]string{"test": req.Test, "regression": req.Regress} {
+		if len(cmd) > 4096 || strings.ContainsRune(cmd, 0) || !utf8.ValidString(cmd) {
+			return errdefs.Invalid("the %s command (%s) is not a valid command line (at most 4096 bytes of text)", what, from)
+		}
+	}
+	return nil
 }
 
 // checkTree runs the diff check on a tree or commit of hostgit against

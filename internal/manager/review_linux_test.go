@@ -172,3 +172,41 @@ func TestReviewHostileWorkspace(t *testing.T) {
 		t.Errorf("commands of the hostile workspace ran on the host: %q", found)
 	}
 }
+
+// TestReviewRepoConfig: with no commands in the request, review takes them
+// from the repository's .agentbox.yaml as of the base commit: an agent's
+// edit of that file in the workspace changes nothing.
+func TestReviewRepoConfig(t *testing.T) {
+	h, _ := sandboxHarness(t)
+	ctx := t.Context()
+	src := testutil.NewRepo(t, map[string]string{
+		".agentbox.yaml": "review:\n  test: grep -qx fixed fix.txt\n  regress: test -f README.md\n  timeout: 2m\n",
+		"README.md":      "hi\n",
+	})
+	r, _, err := h.m.AddRepo(ctx, src.Dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := h.create(CreateRequest{Repo: r.ID})
+	// The agent makes its own file say every test passes.
+	h.writeFile(w.ID, ".agentbox.yaml", "review:\n  test: \"true\"\n")
+	h.writeFile(w.ID, "fix.txt", "not yet\n")
+	c, err := h.m.Review(ctx, w.ID, apitypes.ReviewRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Evidence.CommandsFrom != ".agentbox.yaml at "+w.BaseCommit || c.Evidence.Tests == nil || c.Evidence.Tests.Command != "grep -qx fixed fix.txt" {
+		t.Fatalf("commands from %q: tests %+v", c.Evidence.CommandsFrom, c.Evidence.Tests)
+	}
+	if c.Disposition != apitypes.DispositionBlocked || c.Evidence.Regress == nil || !c.Evidence.Regress.Passed {
+		t.Errorf("candidate: %s %q, regress %+v", c.Disposition, c.Findings, c.Evidence.Regress)
+	}
+	h.writeFile(w.ID, "fix.txt", "fixed\n")
+	if c, err = h.m.Review(ctx, w.ID, apitypes.ReviewRequest{}); err != nil || c.Disposition != apitypes.DispositionReady {
+		t.Errorf("after the fix: %+v, %v", c.Findings, err)
+	}
+	// The request's commands win over the file.
+	if c, err = h.m.Review(ctx, w.ID, apitypes.ReviewRequest{Test: "false"}); err != nil || c.Evidence.CommandsFrom != "request" || c.Disposition != apitypes.DispositionBlocked {
+		t.Errorf("a request's command: from %q, %s, %v", c.Evidence.CommandsFrom, c.Disposition, err)
+	}
+}

@@ -200,3 +200,26 @@ func (g Git) CommitTree(ctx context.Context, commit string) (string, error) {
 	out, err := g.run(ctx, 0, nil, "rev-parse", "--verify", "--end-of-options", commit+"^{tree}")
 	return strings.TrimSpace(string(out)), err
 }
+
+// FileAt reads path as committed in commit (a commit hostgit holds, such
+// as the base commit, which the sandbox cannot change), at most max bytes;
+// ok is false when the commit has no such file.
+func (g Git) FileAt(ctx context.Context, commit, path string, max int64) (content []byte, ok bool, err error) {
+	if !shaRE.MatchString(commit) || strings.ContainsAny(path, "\n\x00") {
+		return nil, false, errdefs.Invalid("%s:%s is not a commit's path", commit, path)
+	}
+	out, err := g.run(ctx, max+512, strings.NewReader(commit+":"+path+"\n"), "cat-file", "--batch")
+	if err != nil {
+		return nil, false, err
+	}
+	header, body, _ := strings.Cut(string(out), "\n")
+	f := strings.Fields(header)
+	if len(f) != 3 || f[1] != "blob" {
+		return nil, false, nil // "missing", or not a file
+	}
+	var size int64
+	if _, err := fmt.Sscanf(f[2], "%d", &size); err != nil || size > max || int64(len(body)) < size {
+		return nil, false, fmt.Errorf("%s in %s is over %d bytes: %w", path, commit[:12], max, errdefs.ErrTooLarge)
+	}
+	return []byte(body[:size]), true, nil
+}
