@@ -158,7 +158,7 @@ func (s *Store) ListExecs(ctx context.Context, f store.ExecFilter) ([]store.Exec
 	}
 	args = append(args, limit)
 	// The most recent ones, returned oldest first.
-	q = `SELECT * FROM (` + q + fmt.Sprintf(` ORDER BY started_at DESC, id DESC LIMIT $%d`, len(args)) + `) ORDER BY started_at, id`
+	q = `SELECT * FROM (` + q + fmt.Sprintf(` ORDER BY started_at DESC, id DESC LIMIT $%d`, len(args)) + `) AS recent ORDER BY started_at, id`
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, classify(err, "listing execs")

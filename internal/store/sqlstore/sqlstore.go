@@ -1,11 +1,15 @@
 // Package sqlstore implements store.Store on SQLite through modernc.org/sqlite
-// (pure Go, so CGO_ENABLED=0 builds work). Queries use $N placeholders so the
-// same text can serve PostgreSQL later.
+// (pure Go, so CGO_ENABLED=0 builds work) and on PostgreSQL through pgx's
+// database/sql driver, with one set of queries: they use $N placeholders and
+// SQL both databases accept, and a small dialect carries the few
+// differences (the migrations, row locks, the order of event IDs).
 //
-// The database runs in WAL mode with synchronous=FULL (an acknowledged state
+// SQLite runs in WAL mode with synchronous=FULL (an acknowledged state
 // change survives a crash of the daemon or the machine), a busy timeout, and
 // immediate write transactions: without _txlock=immediate, concurrent
 // read-then-write transactions fail with SQLITE_BUSY instead of waiting.
+// That makes every write transaction serial, which PostgreSQL's READ
+// COMMITTED does not: see dialect for what takes its place there.
 package sqlstore
 
 import (
@@ -19,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -30,9 +35,11 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// Store is a store.Store backed by one SQLite file.
+// Store is a store.Store backed by one SQLite file or one PostgreSQL
+// database.
 type Store struct {
 	db *sql.DB
+	d  dialect
 }
 
 var _ store.Store = (*Store)(nil)
@@ -54,23 +61,28 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("opening database %s: %w", path, err)
 	}
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	// Out of order: migrations written on parallel branches carry
-	// numbers that may land after a database already has later ones.
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithAllowOutofOrder(true))
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("preparing migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
+	s := &Store{db: db, d: sqliteDialect}
+	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("migrating database %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return s, nil
+}
+
+// migrate applies the dialect's pending migrations.
+func (s *Store) migrate(ctx context.Context) error {
+	sub, err := fs.Sub(s.d.migrations, s.d.migrationDir)
+	if err != nil {
+		return err
+	}
+	// Out of order: migrations written on parallel branches carry
+	// numbers that may land after a database already has later ones.
+	p, err := goose.NewProvider(s.d.goose, s.db, sub, goose.WithAllowOutofOrder(true))
+	if err != nil {
+		return fmt.Errorf("preparing migrations: %w", err)
+	}
+	_, err = p.Up(ctx)
+	return err
 }
 
 // Close closes the database.
@@ -104,6 +116,15 @@ func classify(err error, what string) error {
 		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
 			return fmt.Errorf("%s already exists: %w", what, errdefs.ErrConflict)
 		case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+			return fmt.Errorf("%s is still referenced or references a missing object: %w", what, errdefs.ErrConflict)
+		}
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case pgUniqueViolation:
+			return fmt.Errorf("%s already exists: %w", what, errdefs.ErrConflict)
+		case pgForeignKeyViolation:
 			return fmt.Errorf("%s is still referenced or references a missing object: %w", what, errdefs.ErrConflict)
 		}
 	}
@@ -187,6 +208,12 @@ func (s *Store) DeleteRepo(ctx context.Context, id string) error {
 		return classify(err, "repo "+id)
 	}
 	defer tx.Rollback()
+	// Lock the repo row: a workspace made from it meanwhile waits, then
+	// fails on its foreign key, rather than slipping in after the count.
+	var locked string
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM repos WHERE id = $1`+s.d.forUpdate, id).Scan(&locked); err != nil {
+		return classify(err, "repo "+id)
+	}
 	var n int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM workspaces WHERE repo_id = $1`, id).Scan(&n); err != nil {
 		return classify(err, "repo "+id)
@@ -269,6 +296,10 @@ func (s *Store) DeletePristine(ctx context.Context, id string) error {
 		return classify(err, "pristine checkout "+id)
 	}
 	defer tx.Rollback()
+	var locked string
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM pristines WHERE id = $1`+s.d.forUpdate, id).Scan(&locked); err != nil {
+		return classify(err, "pristine checkout "+id)
+	}
 	var n int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM workspaces WHERE pristine_id = $1`, id).Scan(&n); err != nil {
 		return classify(err, "pristine checkout "+id)
@@ -375,11 +406,7 @@ func (s *Store) DeleteWorkspace(ctx context.Context, id string) error {
 // --- events
 
 func (s *Store) AppendEvent(ctx context.Context, e store.Event) (store.Event, error) {
-	if e.Time.IsZero() {
-		e.Time = time.Now().UTC()
-	}
-	err := s.db.QueryRowContext(ctx, insertEvent, ts(e.Time), e.Actor, e.Type, e.RepoID, e.WorkspaceID, e.SandboxID, e.Detail).Scan(&e.ID)
-	return e, classify(err, "event "+e.Type)
+	return s.withEvent(ctx, "event "+e.Type, e, func(*sql.Tx) error { return nil })
 }
 
 const insertEvent = `INSERT INTO events (at, actor, type, repo_id, workspace_id, sandbox_id, detail) VALUES ($1,$2,$3,$4,$5,$6,$7) RETURNING id`

@@ -48,6 +48,9 @@ func (s *Store) RecordEgressBatch(ctx context.Context, recs []store.EgressRecord
 		return classify(err, what)
 	}
 	defer tx.Rollback()
+	if err := s.lockEvents(ctx, tx); err != nil {
+		return classify(err, what)
+	}
 	for _, r := range recs {
 		ev := r.Event
 		if ev.Time.IsZero() {
@@ -85,8 +88,8 @@ func (s *Store) SandboxUsage(ctx context.Context, id string) (store.SandboxUsage
 	if err != nil {
 		return u, classify(err, "sandbox "+id)
 	}
-	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(cpu_ns),0), COALESCE(MAX(peak_mem_bytes),0), COALESCE(SUM(wall_ns),0),
-		COALESCE(SUM(stdout_bytes + stderr_bytes),0) FROM execs WHERE sandbox_id = $1`, id).
+	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*), CAST(COALESCE(SUM(cpu_ns),0) AS BIGINT), COALESCE(MAX(peak_mem_bytes),0), CAST(COALESCE(SUM(wall_ns),0) AS BIGINT),
+		CAST(COALESCE(SUM(stdout_bytes + stderr_bytes),0) AS BIGINT) FROM execs WHERE sandbox_id = $1`, id).
 		Scan(&u.Execs, &u.CPUNanos, &u.PeakMemBytes, &u.WallNanos, &u.OutputBytes)
 	return u, classify(err, "usage of sandbox "+id)
 }
@@ -104,8 +107,8 @@ func (s *Store) UsageByTask(ctx context.Context, f store.UsageFilter) ([]store.T
 		return u
 	}
 	where, args := usageWhere(f, "started_at")
-	rows, err := s.db.QueryContext(ctx, `SELECT task, COUNT(*), COALESCE(SUM(cpu_ns),0), COALESCE(MAX(peak_mem_bytes),0), COALESCE(SUM(wall_ns),0),
-		COALESCE(SUM(stdout_bytes + stderr_bytes),0) FROM execs WHERE `+where+` GROUP BY task`, args...)
+	rows, err := s.db.QueryContext(ctx, `SELECT task, COUNT(*), CAST(COALESCE(SUM(cpu_ns),0) AS BIGINT), COALESCE(MAX(peak_mem_bytes),0), CAST(COALESCE(SUM(wall_ns),0) AS BIGINT),
+		CAST(COALESCE(SUM(stdout_bytes + stderr_bytes),0) AS BIGINT) FROM execs WHERE `+where+` GROUP BY task`, args...)
 	if err != nil {
 		return nil, classify(err, "summing exec usage")
 	}
@@ -124,7 +127,7 @@ func (s *Store) UsageByTask(ctx context.Context, f store.UsageFilter) ([]store.T
 		return nil, classify(err, "summing exec usage")
 	}
 	where, args = usageWhere(f, "at")
-	rows, err = s.db.QueryContext(ctx, `SELECT task, COALESCE(SUM(bytes_up),0), COALESCE(SUM(bytes_down),0) FROM egress_usage WHERE `+where+` GROUP BY task`, args...)
+	rows, err = s.db.QueryContext(ctx, `SELECT task, CAST(COALESCE(SUM(bytes_up),0) AS BIGINT), CAST(COALESCE(SUM(bytes_down),0) AS BIGINT) FROM egress_usage WHERE `+where+` GROUP BY task`, args...)
 	if err != nil {
 		return nil, classify(err, "summing egress usage")
 	}
@@ -149,7 +152,7 @@ func (s *Store) UsageByTask(ctx context.Context, f store.UsageFilter) ([]store.T
 	rows, err = s.db.QueryContext(ctx, `SELECT task, COUNT(DISTINCT workspace_id) FROM (
 		SELECT task, workspace_id FROM execs WHERE `+wsWhere+`
 		UNION SELECT task, workspace_id FROM egress_usage WHERE `+egWhere+` AND workspace_id <> ''
-	) GROUP BY task`, append(wsArgs, egArgs...)...)
+	) AS u GROUP BY task`, append(wsArgs, egArgs...)...)
 	if err != nil {
 		return nil, classify(err, "counting workspaces")
 	}
@@ -208,6 +211,9 @@ func (s *Store) withEvent(ctx context.Context, what string, ev store.Event, do f
 		return ev, classify(err, what)
 	}
 	defer tx.Rollback()
+	if err := s.lockEvents(ctx, tx); err != nil {
+		return ev, classify(err, what)
+	}
 	if err := do(tx); err != nil {
 		return ev, err
 	}

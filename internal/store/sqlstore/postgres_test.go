@@ -1,0 +1,132 @@
+package sqlstore_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/store/sqlstore"
+	"github.com/agentbox/agentbox/internal/store/storetest"
+	"github.com/agentbox/agentbox/internal/testutil/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func openPostgres(t *testing.T) *sqlstore.Store {
+	t.Helper()
+	s, err := sqlstore.OpenPostgres(t.Context(), pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformancePostgres(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return openPostgres(t) })
+	t.Logf("PostgreSQL started in %s", pgtest.StartupTime())
+}
+
+// TestReopenPostgres checks that migrations are idempotent and data
+// persists across connections.
+func TestReopenPostgres(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	s, err := sqlstore.OpenPostgres(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendEvent(t.Context(), store.Event{Actor: "t", Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = sqlstore.OpenPostgres(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ev, err := s.ListEvents(t.Context(), store.EventFilter{})
+	if err != nil || len(ev) != 1 {
+		t.Fatalf("after reopen: %d events, %v", len(ev), err)
+	}
+}
+
+// TestOpenPostgresRedacts checks that a failed connection names the
+// database without its password.
+func TestOpenPostgresRedacts(t *testing.T) {
+	for _, u := range []string{
+		"postgres://agent:hunter2secret@127.0.0.1:1/db?connect_timeout=2",
+		"postgres://agent@127.0.0.1:1/db?password=hunter2secret&connect_timeout=2",
+		"postgres://agent:hunter2secret@127.0.0.1:1/db?sslmode=bogus",
+		"mysql://agent:hunter2secret@127.0.0.1/db",
+	} {
+		_, err := sqlstore.OpenPostgres(t.Context(), u)
+		if err == nil {
+			t.Fatalf("OpenPostgres(%s) succeeded", sqlstore.RedactURL(u))
+		}
+		if strings.Contains(err.Error(), "hunter2secret") {
+			t.Errorf("error names the password: %v", err)
+		}
+		if !strings.Contains(err.Error(), "127.0.0.1") {
+			t.Errorf("error does not name the database: %v", err)
+		}
+	}
+	_, err := sqlstore.OpenPostgres(t.Context(), "mysql://127.0.0.1/db")
+	if !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("a mysql:// URL: %v, want invalid", err)
+	}
+}
+
+// TestMigrationsPaired checks that every migration exists for both
+// databases under the same version, so that neither schema falls behind.
+func TestMigrationsPaired(t *testing.T) {
+	names := func(dir string) []string {
+		m, err := filepath.Glob(filepath.Join(dir, "*.sql"))
+		if err != nil || len(m) == 0 {
+			t.Fatalf("no migrations in %s: %v", dir, err)
+		}
+		for i := range m {
+			m[i] = filepath.Base(m[i])
+		}
+		return m
+	}
+	lite, pg := names("migrations"), names("pgmigrations")
+	if strings.Join(lite, " ") != strings.Join(pg, " ") {
+		t.Fatalf("migrations differ:\nsqlite:   %v\npostgres: %v", lite, pg)
+	}
+}
+
+// TestSchemasMatch checks that both databases end up with the same tables
+// and columns (agentbox migrate copies column by column).
+func TestSchemasMatch(t *testing.T) {
+	lite, err := sqlstore.Open(t.Context(), filepath.Join(t.TempDir(), "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lite.Close()
+	pg := openPostgres(t)
+	defer pg.Close()
+	ls, err := lite.Schema(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := pg.Schema(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) < 10 {
+		t.Fatalf("SQLite schema has only %d tables: %v", len(ls), ls)
+	}
+	for table, cols := range ls {
+		if strings.Join(cols, ",") != strings.Join(ps[table], ",") {
+			t.Errorf("table %s: sqlite columns %v, postgres %v", table, cols, ps[table])
+		}
+	}
+	for table := range ps {
+		if _, ok := ls[table]; !ok {
+			t.Errorf("table %s only on postgres", table)
+		}
+	}
+}
