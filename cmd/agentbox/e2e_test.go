@@ -27,6 +27,7 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/pgtest"
 	"github.com/agentbox/agentbox/internal/workspace"
 )
 
@@ -49,7 +50,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building agentbox-guest: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -61,10 +62,10 @@ type daemonProc struct {
 	logs *bytes.Buffer
 }
 
-func startDaemon(t *testing.T, data string) *daemonProc {
+func startDaemon(t *testing.T, data string, extra ...string) *daemonProc {
 	t.Helper()
 	d := &daemonProc{data: data, logs: &bytes.Buffer{}}
-	d.cmd = exec.Command(binary, "serve", "--data", data, "--log-level", "debug")
+	d.cmd = exec.Command(binary, append([]string{"serve", "--data", data, "--log-level", "debug"}, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	d.cmd.Env = append(os.Environ(), "AGENTBOX_DATA="+data)
 	if err := d.cmd.Start(); err != nil {
@@ -113,12 +114,12 @@ func (d *daemonProc) stop(t *testing.T) {
 	}
 }
 
-// cleanupAll removes every workspace (unmounting overlays) through a fresh
+// cleanupAll removes every workspace (extra: serve's flags, such as --store) (unmounting overlays) through a fresh
 // daemon so that no mount outlives the test.
-func cleanupAll(t *testing.T, data string) {
+func cleanupAll(t *testing.T, data string, extra ...string) {
 	t.Cleanup(func() {
 		ctx := context.Background()
-		d := startDaemon(t, data)
+		d := startDaemon(t, data, extra...)
 		cl := d.client(t)
 		wss, _ := cl.ListWorkspaces(ctx, "", "")
 		for _, w := range wss {

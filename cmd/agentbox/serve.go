@@ -26,6 +26,9 @@ func (c *cli) serveCmd() *cobra.Command {
 			if fl.Changed("data") {
 				cfg.DataDir = f.DataDir
 			}
+			if fl.Changed("store") {
+				cfg.Store = f.Store
+			}
 			if fl.Changed("listen") {
 				cfg.Listen = f.Listen
 			}
@@ -50,6 +53,7 @@ func (c *cli) serveCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&file, "config", "", "YAML config file (default $AGENTBOX_CONFIG)")
 	fl.StringVar(&f.DataDir, "data", "", "data dir (default $AGENTBOX_DATA, /var/lib/agentbox for root)")
+	fl.StringVar(&f.Store, "store", "", "postgres://USER:PASSWORD@HOST:PORT/DATABASE to keep state in PostgreSQL (default $AGENTBOX_STORE, else the SQLite file in the data dir)")
 	fl.StringVar(&f.Listen, "listen", "", "tcp://HOST:PORT to listen on TCP (needs $AGENTBOX_TOKEN)")
 	fl.StringVar(&f.E2BListen, "e2b-listen", "", "tcp://HOST:PORT to serve the E2B-compatible endpoint on (its API key is $AGENTBOX_TOKEN)")
 	fl.StringVar(&f.WorkspaceDriver, "workspace-driver", "", "auto, overlay or copy")

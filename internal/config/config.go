@@ -6,6 +6,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/policy"
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 // Duration is a time.Duration written as "30s" in files.
@@ -46,6 +48,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 type Config struct {
 	// DataDir holds the database, socket, repos and workspaces.
 	DataDir string `json:"data_dir"`
+	// Store is the database: empty for the SQLite file DataDir/agentbox.db,
+	// or a postgres:// URL. The data dir keeps the files either way.
+	Store string `json:"store"`
 	// Listen is empty for the unix socket DataDir/agentbox.sock, or
 	// "tcp://HOST:PORT" (which requires Token).
 	Listen string `json:"listen"`
@@ -231,6 +236,9 @@ func Load(path string) (Config, error) {
 	if v := os.Getenv("AGENTBOX_DATA"); v != "" {
 		c.DataDir = v
 	}
+	if v := os.Getenv("AGENTBOX_STORE"); v != "" {
+		c.Store = v
+	}
 	if v := os.Getenv("AGENTBOX_LISTEN"); v != "" {
 		c.Listen = v
 	}
@@ -259,6 +267,11 @@ func (c *Config) Validate() error {
 	}
 	if len(c.SocketPath()) > 107 {
 		probs = append(probs, fmt.Sprintf("data_dir %s is too long for a unix socket path (max 107 bytes with /agentbox.sock)", c.DataDir))
+	}
+	if c.Store != "" {
+		if err := checkStoreURL(c.Store); err != "" {
+			probs = append(probs, err)
+		}
 	}
 	switch {
 	case c.Listen == "":
@@ -355,4 +368,21 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("invalid configuration: %s: %w", strings.Join(probs, "; "), errdefs.ErrInvalid)
 	}
 	return nil
+}
+
+// checkStoreURL returns what is wrong with a store URL, naming it with its
+// password redacted, or "".
+func checkStoreURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		// url's errors quote the string, password and all.
+		return "store is not a valid URL (postgres://USER:PASSWORD@HOST:PORT/DATABASE)"
+	}
+	switch {
+	case u.Scheme != "postgres" && u.Scheme != "postgresql":
+		return fmt.Sprintf("store %s is not a postgres:// URL (leave it empty for the SQLite file in the data dir)", store.RedactURL(s))
+	case strings.TrimPrefix(u.Path, "/") == "":
+		return fmt.Sprintf("store %s names no database (postgres://HOST/DATABASE)", store.RedactURL(s))
+	}
+	return ""
 }

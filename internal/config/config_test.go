@@ -74,3 +74,35 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStoreURL checks the store's validation, and that no problem it
+// reports carries the password.
+func TestStoreURL(t *testing.T) {
+	for _, u := range []string{"", "postgres://agent:pw@db.internal:5432/agentbox", "postgresql://db/agentbox?sslmode=require",
+		"postgres://postgres@/agentbox?host=/run/postgresql"} {
+		c := Default()
+		c.Store = u
+		if err := c.Validate(); err != nil {
+			t.Errorf("store %q: %v", u, err)
+		}
+	}
+	for _, u := range []string{"mysql://agent:hunter2secret@db/agentbox", "postgres://agent:hunter2secret@db:5432",
+		"postgres://agent:hunter2secret@db:5432/", "postgres://agent:hunter2secret@db:port/x", "/var/lib/agentbox/agentbox.db",
+		"postgres://agent@db/?password=hunter2secret"} {
+		c := Default()
+		c.Store = u
+		err := c.Validate()
+		if !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("store %q: %v, want ErrInvalid", u, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2secret") {
+			t.Errorf("the error names the password: %v", err)
+		}
+	}
+	t.Setenv("AGENTBOX_STORE", "postgres://db/agentbox")
+	c, err := Load("")
+	if err != nil || c.Store != "postgres://db/agentbox" {
+		t.Errorf("AGENTBOX_STORE: store %q, %v", c.Store, err)
+	}
+}

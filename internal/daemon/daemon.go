@@ -80,11 +80,18 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		defer e2bLn.Close()
 	}
 
-	st, err := sqlstore.Open(ctx, filepath.Join(cfg.DataDir, "agentbox.db"))
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	// One daemon per store, as per data dir: a PostgreSQL database is not
+	// in the data dir, so its own lock says whether another daemon uses it.
+	release, err := st.HoldExclusive(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	bes, unavailable, defBackend, closeBackends := backends(ctx, cfg, log)
 	defer closeBackends()
 	gb, err := guestBinary(cfg)
@@ -176,7 +183,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	srvs := []*http.Server{srv}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("agentbox serving", "addr", addr, "data_dir", cfg.DataDir, "workspace_driver", m.Driver())
+	log.Info("agentbox serving", "addr", addr, "data_dir", cfg.DataDir, "store", storeName(cfg), "workspace_driver", m.Driver())
 	if e2bLn != nil {
 		// The E2B endpoint: E2B's control API and envd on one address,
 		// over the same manager, requests counted and ended with the API's.
@@ -284,6 +291,23 @@ func listen(cfg config.Config) (net.Listener, string, error) {
 	return ln, "unix://" + sock, nil
 }
 
+// openStore opens the configured database: the PostgreSQL one that
+// cfg.Store names, or the SQLite file in the data dir.
+func openStore(ctx context.Context, cfg config.Config) (*sqlstore.Store, error) {
+	if cfg.Store != "" {
+		return sqlstore.OpenPostgres(ctx, cfg.Store)
+	}
+	return sqlstore.Open(ctx, filepath.Join(cfg.DataDir, "agentbox.db"))
+}
+
+// storeName is the store for logs: never with its password.
+func storeName(cfg config.Config) string {
+	if cfg.Store != "" {
+		return store.RedactURL(cfg.Store)
+	}
+	return filepath.Join(cfg.DataDir, "agentbox.db")
+}
+
 // lockName is the data dir's daemon lock, which holds the holder's pid.
 const lockName = "daemon.lock"
 
@@ -353,3 +377,8 @@ func warmPools(cfg config.Config) []manager.PoolSpec {
 	}
 	return out
 }
+
+// HoldDataDir is holdDataDir for tools that must not run beside a daemon
+// (agentbox migrate): it refuses while one holds dir, and keeps any from
+// starting until the lock is released.
+func HoldDataDir(dir string) (*flock.Lock, error) { return holdDataDir(dir) }

@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,7 +65,7 @@ func TestOpenPostgresRedacts(t *testing.T) {
 	} {
 		_, err := sqlstore.OpenPostgres(t.Context(), u)
 		if err == nil {
-			t.Fatalf("OpenPostgres(%s) succeeded", sqlstore.RedactURL(u))
+			t.Fatalf("OpenPostgres(%s) succeeded", store.RedactURL(u))
 		}
 		if strings.Contains(err.Error(), "hunter2secret") {
 			t.Errorf("error names the password: %v", err)
@@ -129,4 +130,34 @@ func TestSchemasMatch(t *testing.T) {
 			t.Errorf("table %s only on postgres", table)
 		}
 	}
+}
+
+// TestHoldExclusive checks that a second daemon on a database is refused,
+// naming the first, and gets it once the first lets go.
+func TestHoldExclusive(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	a, err := sqlstore.OpenPostgres(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := sqlstore.OpenPostgres(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	release, err := a.HoldExclusive(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.HoldExclusive(t.Context())
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), fmt.Sprintf("agentbox pid %d", os.Getpid())) {
+		t.Fatalf("a second hold: %v, want a conflict naming pid %d", err, os.Getpid())
+	}
+	release()
+	release2, err := b.HoldExclusive(t.Context())
+	if err != nil {
+		t.Fatalf("after the first let go: %v", err)
+	}
+	release2()
 }

@@ -40,6 +40,9 @@ var migrations embed.FS
 type Store struct {
 	db *sql.DB
 	d  dialect
+	// name is the database for errors: the file, or the URL without its
+	// password.
+	name string
 }
 
 var _ store.Store = (*Store)(nil)
@@ -61,7 +64,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("opening database %s: %w", path, err)
 	}
-	s := &Store{db: db, d: sqliteDialect}
+	s := &Store{db: db, d: sqliteDialect, name: path}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("migrating database %s: %w", path, err)

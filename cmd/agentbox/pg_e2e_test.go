@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/store/sqlstore"
+	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/pgtest"
+)
+
+// withPassword puts a password into a pgtest URL (the test server trusts
+// local connections and ignores it), so that tests can look for it where
+// it must never appear.
+func withPassword(u, pw string) string {
+	return strings.Replace(u, "postgres://postgres@", "postgres://postgres:"+pw+"@", 1)
+}
+
+// TestPostgresStore runs a real daemon on PostgreSQL (serve --store): a
+// workspace and an exec on the docker backend survive a restart, the data
+// dir holds no SQLite file, a second daemon on the same database is
+// refused, and the password appears in no log.
+func TestPostgresStore(t *testing.T) {
+	const pw = "s3cret-pg-pw"
+	url := withPassword(pgtest.NewDatabase(t), pw)
+	data := t.TempDir()
+	src := testutil.NewRepo(t, map[string]string{"hello.txt": "hello from the repo\n"})
+	d := startDaemon(t, data, "--store", url)
+	cleanupAll(t, data, "--store", url)
+	cl := d.client(t)
+	ws, err := cl.CreateWorkspace(t.Context(), client.CreateWorkspace{Repo: src.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := cl.CreateSandbox(t.Context(), client.CreateSandbox{Workspace: ws.ID, Backend: "docker", Image: "agentbox/busybox:latest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, data, "", "exec", ws.ID, "--", "sh", "-c", "cat hello.txt; echo made > made.txt")
+	if code != 0 || out != "hello from the repo\n" {
+		t.Fatalf("exec: exit %d %q %q", code, out, errOut)
+	}
+	// A second daemon, on its own data dir, on the same database.
+	other := t.TempDir()
+	out, errOut, code = runCLI(t, other, "", "serve", "--data", other, "--store", url)
+	if code == 0 || !strings.Contains(out+errOut, "is used by another agentbox daemon (agentbox pid ") {
+		t.Errorf("a second daemon on the database: exit %d %s%s", code, out, errOut)
+	}
+	if strings.Contains(out+errOut, pw) {
+		t.Errorf("the refusal names the password: %s%s", out, errOut)
+	}
+	d.stop(t)
+	if _, err := os.Stat(filepath.Join(data, "agentbox.db")); !os.IsNotExist(err) {
+		t.Errorf("the data dir has a SQLite database beside --store: %v", err)
+	}
+	logs := d.logs.String()
+
+	d = startDaemon(t, data, "--store", url)
+	defer d.stop(t)
+	cl = d.client(t)
+	if got, err := cl.GetWorkspace(t.Context(), ws.ID); err != nil || got.ID != ws.ID {
+		t.Fatalf("after the restart: workspace %v, %v", got.ID, err)
+	}
+	sbs, err := cl.ListSandboxes(t.Context(), ws.ID)
+	if err != nil || len(sbs) != 1 || sbs[0].ID != sb.ID {
+		t.Fatalf("after the restart: sandboxes %v, %v", sbs, err)
+	}
+	evs, err := cl.Events(t.Context(), client.EventFilter{Workspace: ws.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var execs int
+	for _, e := range evs {
+		if strings.HasPrefix(e.Type, "exec.") {
+			execs++
+		}
+	}
+	if execs == 0 {
+		t.Errorf("after the restart: no exec event among %d events", len(evs))
+	}
+	var got bytes.Buffer
+	if _, err := cl.ReadFile(t.Context(), ws.ID, "made.txt", &got); err != nil || got.String() != "made\n" {
+		t.Errorf("after the restart: made.txt %q, %v", got.String(), err)
+	}
+	out, errOut, code = runCLI(t, data, "", "exec", ws.ID, "--", "cat", "made.txt")
+	if code != 0 || out != "made\n" {
+		t.Errorf("exec after the restart: exit %d %q %q", code, out, errOut)
+	}
+	if logs += d.logs.String(); strings.Contains(logs, pw) {
+		t.Errorf("the daemon logged the password")
+	}
+	if !strings.Contains(logs, `"store":"postgres://postgres:xxxxx@`) {
+		t.Errorf("the daemon does not log its store (redacted):\n%s", tail(logs, 3000))
+	}
+}
+
+// TestMigrateToPostgres makes state with a real daemon on SQLite, copies
+// it with agentbox migrate (refused while the daemon runs, and into a
+// non-empty database), compares every row of every table, and serves it
+// from PostgreSQL.
+func TestMigrateToPostgres(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	data := t.TempDir()
+	src := testutil.NewRepo(t, map[string]string{"hello.txt": "hello\n"})
+	d := startDaemon(t, data)
+	migrated := false
+	t.Cleanup(func() {
+		// Whichever store holds the workspaces now removes them.
+		if migrated {
+			cleanupAllNow(t, data, "--store", url)
+		} else {
+			cleanupAllNow(t, data)
+		}
+	})
+	cl := d.client(t)
+	ws, err := cl.CreateWorkspace(t.Context(), client.CreateWorkspace{Repo: src.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := runCLI(t, data, "", "exec", ws.ID, "--", "sh", "-c", "echo changed >> hello.txt"); code != 0 {
+		t.Fatalf("exec: %d %s %s", code, out, errOut)
+	}
+	if out, errOut, code := runCLI(t, data, "value-1\n", "secret", "set", "API_KEY"); code != 0 {
+		t.Fatalf("secret set: %d %s %s", code, out, errOut)
+	}
+	out, errOut, code := runCLI(t, data, "", "migrate", "--data", data, "--to", url)
+	if code == 0 || !strings.Contains(out+errOut, "held by another agentbox daemon") {
+		t.Errorf("migrate beside a running daemon: exit %d %s%s", code, out, errOut)
+	}
+	d.stop(t)
+
+	out, errOut, code = runCLI(t, data, "", "--json", "migrate", "--data", data, "--to", url)
+	if code != 0 {
+		t.Fatalf("migrate: exit %d %s %s", code, out, errOut)
+	}
+	migrated = true
+	rep := oneJSON(t, out)
+	t.Logf("migrate: %v", rep)
+	lite, err := sqlstore.Open(t.Context(), filepath.Join(data, "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lite.Close()
+	pg, err := sqlstore.OpenPostgres(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	want, err := lite.Dump(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pg.Dump(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"repos", "workspaces", "sandboxes", "execs", "events", "secrets"} {
+		if len(want[table]) == 0 {
+			t.Errorf("the daemon left table %s empty: the test proves nothing of it", table)
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("PostgreSQL after migrate differs from SQLite (-sqlite +postgres):\n%s", diff)
+	}
+	out, errOut, code = runCLI(t, data, "", "migrate", "--data", data, "--to", url)
+	if code == 0 || !strings.Contains(out+errOut, "not empty") {
+		t.Errorf("a second migrate into the same database: exit %d %s%s", code, out, errOut)
+	}
+
+	d = startDaemon(t, data, "--store", url)
+	defer d.stop(t)
+	cl = d.client(t)
+	var content bytes.Buffer
+	if _, err := cl.ReadFile(t.Context(), ws.ID, "hello.txt", &content); err != nil || content.String() != "hello\nchanged\n" {
+		t.Errorf("the workspace on PostgreSQL: %q, %v", content.String(), err)
+	}
+	// The secret moved sealed; the data dir's key still unseals it.
+	box, err := secrets.Open(data, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := box.Reveal(t.Context(), "API_KEY"); err != nil || string(v) != "value-1" {
+		t.Errorf("the migrated secret: %q, %v", v, err)
+	}
+	if out, errOut, code := runCLI(t, data, "", "exec", ws.ID, "--", "true"); code != 0 {
+		t.Errorf("exec on PostgreSQL: exit %d %s %s", code, out, errOut)
+	}
+	evs, err := cl.Events(t.Context(), client.EventFilter{})
+	if err != nil || len(evs) <= len(want["events"]) {
+		t.Errorf("events on PostgreSQL: %d (migrated %d), %v", len(evs), len(want["events"]), err)
+	}
+}
+
+// cleanupAllNow is cleanupAll's work, run at once (from a cleanup).
+func cleanupAllNow(t *testing.T, data string, extra ...string) {
+	ctx := context.Background()
+	d := startDaemon(t, data, extra...)
+	cl := d.client(t)
+	wss, _ := cl.ListWorkspaces(ctx, "", "")
+	for _, w := range wss {
+		if err := cl.RemoveWorkspace(ctx, w.ID); err != nil {
+			t.Errorf("cleanup %s: %v", w.ID, err)
+		}
+	}
+	d.stop(t)
+	if n := mountsUnder(t, data); n != 0 {
+		t.Errorf("%d mounts left under %s", n, data)
+	}
+}
