@@ -127,8 +127,11 @@ func (m *Manager) Review(ctx context.Context, wsID string, req apitypes.ReviewRe
 		m.event(ctx, store.Event{Type: "workspace.committed", RepoID: w.RepoID, WorkspaceID: wsID},
 			map[string]any{"commit": e.Tip, "by": "review", "forced": true, "findings": diffcheck.Summary(*forced, 20)})
 	}
-	if e.Foreign {
+	switch {
+	case e.Foreign:
 		statsNote = "HEAD is a commit made inside the sandbox, which the host does not read: the candidate is one commit of the files on the last commit agentbox made, kept by agentbox (the workspace's branch is unchanged)"
+	case e.Unborn && e.Tip != w.BaseCommit:
+		statsNote = "HEAD's branch has no commit yet: the candidate is one commit of the files on the base, kept by agentbox (the workspace's branch is unchanged)"
 	}
 
 	now := time.Now().UTC()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -158,6 +159,32 @@ func TestReviewHostileWorkspace(t *testing.T) {
 	}
 	if got := testutil.Git(t, h.src.Dir, "show", PushBranch(w)+":fix.txt"); got != "fixed" {
 		t.Errorf("the pushed fix.txt = %q", got)
+	}
+	// Then a .git/config that is a link to a root-only host file, and a
+	// branch whose name holds shell metacharacters: a second round.
+	files := h.files(w)
+	if err := os.Remove(filepath.Join(files, ".git", "config")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/shadow", filepath.Join(files, ".git", "config")); err != nil {
+		t.Fatal(err)
+	}
+	evil := "x;touch${IFS}pwned-branch"
+	h.writeFile(w.ID, ".git/refs/heads/"+evil, c.Commit+"\n")
+	h.writeFile(w.ID, ".git/HEAD", "ref: refs/heads/"+evil+"\n")
+	h.writeFile(w.ID, "fix.txt", "fixed again\n")
+	c, err = h.m.Review(ctx, w.ID, apitypes.ReviewRequest{Test: "grep -qx 'fixed again' fix.txt"})
+	if err != nil || c.Disposition != apitypes.DispositionReady {
+		t.Fatalf("the second candidate: %+v, %v", c, err)
+	}
+	if _, err := h.m.Decide(ctx, c.ID, apitypes.DispositionApproved, "ann", "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Push(ctx, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.Git(t, h.src.Dir, "show", PushBranch(w)+":fix.txt"); got != "fixed again" {
+		t.Errorf("the second push's fix.txt = %q", got)
 	}
 	var found []string
 	for _, root := range []string{h.data} {
