@@ -237,3 +237,34 @@ func TestReviewRepoConfig(t *testing.T) {
 		t.Errorf("a request's command: from %q, %s, %v", c.Evidence.CommandsFrom, c.Disposition, err)
 	}
 }
+
+// TestPushBranchTemplate: push_branch names the branch; a template that
+// gives no valid branch is refused before anything is pushed.
+func TestPushBranchTemplate(t *testing.T) {
+	h, _ := sandboxHarness(t)
+	ctx := t.Context()
+	w := h.create(CreateRequest{Task: "Speed up parsing!"})
+	for tmpl, want := range map[string]string{
+		"":                      "agentbox/speed-up-parsing/" + w.ID,
+		"bots/{repo}/{ws}":      "bots/" + w.RepoID + "/" + w.ID,
+		"x/{task}/{ws}":         "x/speed-up-parsing/" + w.ID,
+		"agentbox/{ws}..{task}": "",
+	} {
+		h.m.cfg.PushBranch = tmpl
+		got, err := h.m.pushBranch(ctx, w)
+		if want == "" {
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("template %q: %q, %v; want ErrInvalid", tmpl, got, err)
+			}
+			continue
+		}
+		if err != nil || got != want {
+			t.Errorf("template %q: %q, %v; want %q", tmpl, got, err, want)
+		}
+	}
+	h.m.cfg.PushBranch = ""
+	noTask := h.create(CreateRequest{})
+	if got, err := h.m.pushBranch(ctx, noTask); err != nil || got != "agentbox/"+noTask.ID {
+		t.Errorf("without a task: %q, %v", got, err)
+	}
+}
