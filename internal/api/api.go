@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/apitypes"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/httpx"
 	"github.com/agentbox/agentbox/internal/ids"
 	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/manager"
@@ -87,7 +88,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reqID := ids.New("req")
 	w.Header().Set("X-Request-Id", reqID)
 	ctx, scope := logx.NewScope(r.Context(), slog.String(logx.KeyRequest, reqID))
-	rec := &statusRecorder{ResponseWriter: w, status: 200}
+	rec := httpx.NewStatusRecorder(w)
 	s.mux.ServeHTTP(rec, r.WithContext(ctx))
 	// The request's line names the objects it touched, as far as it
 	// learned them (the path's ID, the sandbox and exec it ran in).
@@ -96,9 +97,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, a := range attrs {
 		args = append(args, a)
 	}
-	args = append(args, "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
+	args = append(args, "method", r.Method, "path", r.URL.Path, "status", rec.Status, "duration", time.Since(start))
 	level := slog.LevelInfo
-	if (r.URL.Path == "/metrics" || r.URL.Path == "/v1/health") && rec.status < 400 {
+	if (r.URL.Path == "/metrics" || r.URL.Path == "/v1/health") && rec.Status < 400 {
 		level = slog.LevelDebug // probes and scrapes, every few seconds
 	}
 	s.log.Log(context.Background(), level, "request", args...)
@@ -128,24 +129,6 @@ func withPathIDs(r *http.Request) *http.Request {
 	}
 	return r.WithContext(logx.With(r.Context(), key, id))
 }
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	r.status = code
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Flush() {
-	if f, ok := r.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // ErrorBody is the JSON of every error response.
 type ErrorBody = apitypes.ErrorReply

@@ -104,6 +104,11 @@ type Config struct {
 	// passed (tests, regression, diff check), recorded as approved by
 	// "policy". false (the default): a person approves.
 	AutoApprove bool `json:"auto_approve"`
+	// PushBranch names the branch a candidate is pushed to: {task} (the
+	// task as a branch word), {ws} and {repo}; default
+	// "agentbox/{task}/{ws}". It must hold {ws}, so that attempts never
+	// share a branch.
+	PushBranch string `json:"push_branch"`
 	// GCInterval is how often the daemon collects when a budget is set.
 	GCInterval Duration `json:"gc_interval"`
 	// ReconcileInterval is how often the reconciler compares the database
@@ -325,6 +330,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SandboxIdleTimeout.Duration < 0 || c.SandboxMaxAge.Duration < 0 {
 		probs = append(probs, "sandbox_idle_timeout and sandbox_max_age must not be negative (0 turns them off)")
+	}
+	if c.PushBranch != "" && !strings.Contains(c.PushBranch, "{ws}") {
+		probs = append(probs, fmt.Sprintf("push_branch %q must hold {ws}, so that two workspaces never push to one branch", c.PushBranch))
 	}
 	if c.DataBudget < 0 || c.WorkspaceRetention.Duration < 0 {
 		probs = append(probs, "data_budget and workspace_retention must not be negative (0 turns them off)")

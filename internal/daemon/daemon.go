@@ -126,7 +126,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
 		Egress: proxy, Secrets: box, Forges: forge.Open, CABundle: caBundle(ca), Observer: metrics,
 		IdleTimeout: cfg.SandboxIdleTimeout.Duration, MaxAge: cfg.SandboxMaxAge.Duration, WarmPool: warmPools(cfg),
-		DataBudget: int64(cfg.DataBudget), WorkspaceRetention: cfg.WorkspaceRetention.Duration, AutoApprove: cfg.AutoApprove,
+		DataBudget: int64(cfg.DataBudget), WorkspaceRetention: cfg.WorkspaceRetention.Duration, AutoApprove: cfg.AutoApprove, PushBranch: cfg.PushBranch,
 		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {
 			s := make([]mitm.Secret, len(bound))
 			for i, b := range bound {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/httpx"
 	"github.com/agentbox/agentbox/internal/logx"
 	"github.com/agentbox/agentbox/internal/manager"
 )
@@ -107,7 +108,7 @@ func (s *Server) Close() {
 // the control API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w, status: 200}
+	rec := httpx.NewStatusRecorder(w)
 	surface := "control"
 	if r.Header.Get(headerSandboxID) != "" {
 		surface = "envd"
@@ -116,11 +117,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.control.ServeHTTP(rec, r)
 	}
 	level := slog.LevelInfo
-	if r.URL.Path == "/health" && rec.status < 400 {
+	if r.URL.Path == "/health" && rec.Status < 400 {
 		level = slog.LevelDebug
 	}
 	s.log.Log(r.Context(), level, "e2b request", "surface", surface, "method", r.Method, "path", r.URL.Path,
-		logx.KeyWorkspace, r.Header.Get(headerSandboxID), "status", rec.status, "duration", time.Since(start))
+		logx.KeyWorkspace, r.Header.Get(headerSandboxID), "status", rec.Status, "duration", time.Since(start))
 }
 
 const (
@@ -197,21 +198,3 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
 }
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	r.status = code
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Flush() {
-	if f, ok := r.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

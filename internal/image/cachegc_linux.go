@@ -100,12 +100,12 @@ type CacheItem struct {
 const leftoverAge = time.Hour
 
 // CollectCache removes the root file systems in cacheDir whose image is
-// gone and that no sandbox runs from (see HoldRootfs): an engine image the
-// engine no longer has, an image named by path whose path no longer holds
-// it. It also removes the records of path images whose path no longer
-// holds them, and unpacks left unfinished by a crash. When the engine
-// cannot be reached, its images are kept: whether they are gone cannot be
-// told. A dry run removes nothing and lists what would go.
+// gone and that no sandbox runs from (see HoldRootfs): an image the engine
+// no longer has and no path that unpacked it still holds. It also removes
+// the records of path images whose path no longer holds them, and unpacks
+// left unfinished by a crash. When the engine cannot be reached, every
+// image is kept: whether it is gone cannot be told. A dry run removes
+// nothing and lists what would go.
 func CollectCache(ctx context.Context, cacheDir string, dryRun bool) ([]CacheItem, error) {
 	ents, err := os.ReadDir(cacheDir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -148,23 +148,25 @@ func CollectCache(ctx context.Context, cacheDir string, dryRun bool) ([]CacheIte
 		if !ok {
 			continue
 		}
-		var why string
-		switch {
-		case u.Source != "":
+		// One entry per image id, whichever source unpacked it: an image
+		// named by a path and the same image in the engine share it. It
+		// is garbage only when neither holds the image any more.
+		why := "the engine no longer has it"
+		if u.Source != "" {
 			id, _, err := InspectPath(u.Source)
 			switch {
+			case err == nil && id == u.ID:
+				continue
 			case err != nil:
-				why = fmt.Sprintf("its path no longer holds an image: %v", err)
-			case id != u.ID:
-				why = fmt.Sprintf("its path holds another image now (%s)", id)
-			}
-		case engineHas != nil:
-			has, err := engineHas(u.ID)
-			if err == nil && !has {
-				why = "the engine no longer has it"
+				why = fmt.Sprintf("its path no longer holds an image (%v), nor does the engine", err)
+			default:
+				why = fmt.Sprintf("its path holds another image now (%s), and the engine does not have it", id)
 			}
 		}
-		if why == "" {
+		if engineHas == nil {
+			continue // whether the engine has it cannot be told
+		}
+		if has, err := engineHas(u.ID); err != nil || has {
 			continue
 		}
 		it, err := collectEntry(ctx, cacheDir, u, why, dryRun)

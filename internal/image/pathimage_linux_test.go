@@ -128,6 +128,29 @@ func TestPathImages(t *testing.T) {
 		})
 	}
 
+	t.Run("a path gone, the engine's copy kept", func(t *testing.T) {
+		// The entry of an image unpacked from a path is the engine image's
+		// entry too (one per id): the path going must not collect it while
+		// the engine still has the image.
+		cache := t.TempDir()
+		gone := filepath.Join(t.TempDir(), "saved.tar")
+		if err := os.Link(saved, gone); err != nil {
+			t.Fatal(err)
+		}
+		u, err := UnpackPath(t.Context(), "docker-archive:"+gone, cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(gone)
+		items, err := CollectCache(t.Context(), cache, false)
+		if err != nil || len(items) != 0 {
+			t.Errorf("collected %+v, %v: the engine still has %s", items, err, id)
+		}
+		if _, err := os.Stat(u.Rootfs); err != nil {
+			t.Errorf("the shared entry went: %v", err)
+		}
+	})
+
 	t.Run("load", func(t *testing.T) {
 		// An image the engine does not have: the busybox layers with a
 		// config of their own, as a layout.

@@ -134,6 +134,9 @@ type Config struct {
 	// AutoApprove approves a candidate at once when every check passed
 	// (see Review); without it, a person decides.
 	AutoApprove bool
+	// PushBranch is the template of the branch a push goes to (see
+	// DefaultPushBranch); empty: the default.
+	PushBranch string
 }
 
 // Observer receives the manager's measurements. The manager holds only

@@ -127,8 +127,11 @@ func (m *Manager) Review(ctx context.Context, wsID string, req apitypes.ReviewRe
 		m.event(ctx, store.Event{Type: "workspace.committed", RepoID: w.RepoID, WorkspaceID: wsID},
 			map[string]any{"commit": e.Tip, "by": "review", "forced": true, "findings": diffcheck.Summary(*forced, 20)})
 	}
-	if e.Foreign {
+	switch {
+	case e.Foreign:
 		statsNote = "HEAD is a commit made inside the sandbox, which the host does not read: the candidate is one commit of the files on the last commit agentbox made, kept by agentbox (the workspace's branch is unchanged)"
+	case e.Unborn && e.Tip != w.BaseCommit:
+		statsNote = "HEAD's branch has no commit yet: the candidate is one commit of the files on the base, kept by agentbox (the workspace's branch is unchanged)"
 	}
 
 	now := time.Now().UTC()
@@ -385,13 +388,45 @@ func (m *Manager) latestApproved(ctx context.Context, wsID string) (Candidate, e
 	return Candidate{}, fmt.Errorf("workspace %s has no approved candidate (the newest, %s, is %s): %w", wsID, cs[0].ID, cs[0].Disposition, errdefs.ErrConflict)
 }
 
-// PushBranch is the branch a workspace's candidates are pushed to:
-// agentbox/<task>/<workspace>, the task made a safe branch word, or
-// agentbox/<workspace> without a task.
+// DefaultPushBranch is the branch template of a push: {task} is the task
+// made a safe branch word, {ws} the workspace, {repo} the repo.
+const DefaultPushBranch = "agentbox/{task}/{ws}"
+
+// pushBranch is the branch workspace w's candidates are pushed to: the
+// daemon's template (push_branch), with an empty {task} and its slash
+// dropped when the workspace has none.
+func (m *Manager) pushBranch(ctx context.Context, w store.Workspace) (string, error) {
+	tmpl := m.cfg.PushBranch
+	if tmpl == "" {
+		tmpl = DefaultPushBranch
+	}
+	task := taskWord(w.Task)
+	b := strings.NewReplacer("{task}", task, "{ws}", w.ID, "{repo}", w.RepoID).Replace(tmpl)
+	for strings.Contains(b, "//") {
+		b = strings.ReplaceAll(b, "//", "/")
+	}
+	b = strings.Trim(b, "/")
+	if err := workspace.ValidBranch(ctx, b); err != nil {
+		return "", fmt.Errorf("push_branch %q gives %q for workspace %s: %w", tmpl, b, w.ID, err)
+	}
+	return b, nil
+}
+
+// PushBranch is the branch of the default template for w.
 func PushBranch(w store.Workspace) string {
+	task := taskWord(w.Task)
+	if task == "" {
+		return "agentbox/" + w.ID
+	}
+	return "agentbox/" + task + "/" + w.ID
+}
+
+// taskWord is a task label as a branch word: lower case letters and
+// digits, other runs as one dash, at most 40 bytes.
+func taskWord(task string) string {
 	var b strings.Builder
 	dash := false
-	for _, r := range strings.ToLower(w.Task) {
+	for _, r := range strings.ToLower(task) {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
 			b.WriteRune(r)
@@ -404,11 +439,7 @@ func PushBranch(w store.Workspace) string {
 			break
 		}
 	}
-	task := strings.Trim(b.String(), "-")
-	if task == "" {
-		return "agentbox/" + w.ID
-	}
-	return "agentbox/" + task + "/" + w.ID
+	return strings.Trim(b.String(), "-")
 }
 
 // Push sends the newest approved candidate of workspace wsID to its repo's
@@ -436,7 +467,10 @@ func (m *Manager) Push(ctx context.Context, wsID string) (Candidate, error) {
 	if strings.HasPrefix(remote, "agentbox://") {
 		return Candidate{}, fmt.Errorf("workspace %s has no remote to push to (it was made from %s): export it with ws export --bundle or ws diff --format patch: %w", wsID, remote, errdefs.ErrConflict)
 	}
-	branch := PushBranch(w)
+	branch, err := m.pushBranch(ctx, w)
+	if err != nil {
+		return Candidate{}, err
+	}
 	binding, auth, err := m.forgeAuth(ctx, remote)
 	if err != nil {
 		return Candidate{}, err

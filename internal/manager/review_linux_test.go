@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -159,6 +160,32 @@ func TestReviewHostileWorkspace(t *testing.T) {
 	if got := testutil.Git(t, h.src.Dir, "show", PushBranch(w)+":fix.txt"); got != "fixed" {
 		t.Errorf("the pushed fix.txt = %q", got)
 	}
+	// Then a .git/config that is a link to a root-only host file, and a
+	// branch whose name holds shell metacharacters: a second round.
+	files := h.files(w)
+	if err := os.Remove(filepath.Join(files, ".git", "config")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/shadow", filepath.Join(files, ".git", "config")); err != nil {
+		t.Fatal(err)
+	}
+	evil := "x;touch${IFS}pwned-branch"
+	h.writeFile(w.ID, ".git/refs/heads/"+evil, c.Commit+"\n")
+	h.writeFile(w.ID, ".git/HEAD", "ref: refs/heads/"+evil+"\n")
+	h.writeFile(w.ID, "fix.txt", "fixed again\n")
+	c, err = h.m.Review(ctx, w.ID, apitypes.ReviewRequest{Test: "grep -qx 'fixed again' fix.txt"})
+	if err != nil || c.Disposition != apitypes.DispositionReady {
+		t.Fatalf("the second candidate: %+v, %v", c, err)
+	}
+	if _, err := h.m.Decide(ctx, c.ID, apitypes.DispositionApproved, "ann", "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Push(ctx, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.Git(t, h.src.Dir, "show", PushBranch(w)+":fix.txt"); got != "fixed again" {
+		t.Errorf("the second push's fix.txt = %q", got)
+	}
 	var found []string
 	for _, root := range []string{h.data} {
 		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -208,5 +235,36 @@ func TestReviewRepoConfig(t *testing.T) {
 	// The request's commands win over the file.
 	if c, err = h.m.Review(ctx, w.ID, apitypes.ReviewRequest{Test: "false"}); err != nil || c.Evidence.CommandsFrom != "request" || c.Disposition != apitypes.DispositionBlocked {
 		t.Errorf("a request's command: from %q, %s, %v", c.Evidence.CommandsFrom, c.Disposition, err)
+	}
+}
+
+// TestPushBranchTemplate: push_branch names the branch; a template that
+// gives no valid branch is refused before anything is pushed.
+func TestPushBranchTemplate(t *testing.T) {
+	h, _ := sandboxHarness(t)
+	ctx := t.Context()
+	w := h.create(CreateRequest{Task: "Speed up parsing!"})
+	for tmpl, want := range map[string]string{
+		"":                      "agentbox/speed-up-parsing/" + w.ID,
+		"bots/{repo}/{ws}":      "bots/" + w.RepoID + "/" + w.ID,
+		"x/{task}/{ws}":         "x/speed-up-parsing/" + w.ID,
+		"agentbox/{ws}..{task}": "",
+	} {
+		h.m.cfg.PushBranch = tmpl
+		got, err := h.m.pushBranch(ctx, w)
+		if want == "" {
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("template %q: %q, %v; want ErrInvalid", tmpl, got, err)
+			}
+			continue
+		}
+		if err != nil || got != want {
+			t.Errorf("template %q: %q, %v; want %q", tmpl, got, err, want)
+		}
+	}
+	h.m.cfg.PushBranch = ""
+	noTask := h.create(CreateRequest{})
+	if got, err := h.m.pushBranch(ctx, noTask); err != nil || got != "agentbox/"+noTask.ID {
+		t.Errorf("without a task: %q, %v", got, err)
 	}
 }

@@ -276,21 +276,18 @@ func TestStopDuringExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan ExecOutcome, 1)
+	// The command runs once it says so: its record says running a little
+	// earlier, before the command reaches the guest, and a stop in that gap
+	// would (rightly) send it to a new sandbox instead.
+	started := &firstWrite{c: make(chan struct{})}
 	go func() {
-		res, _ := h.m.Exec(ctx, w.ID, guest.ExecRequest{Argv: []string{"sleep", "60"}, Env: []string{"PATH=/bin"}, Timeout: time.Minute}, nil, io.Discard, io.Discard)
+		res, _ := h.m.Exec(ctx, w.ID, guest.ExecRequest{Argv: []string{"sh", "-c", "echo started; exec sleep 60"}, Env: []string{"PATH=/bin"}, Timeout: time.Minute}, nil, started, io.Discard)
 		done <- res
 	}()
-	// The command is running once its record says so.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		execs, _ := h.st.ListExecs(ctx, store.ExecFilter{SandboxID: sbID})
-		if len(execs) == 2 && execs[1].State == store.ExecRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the long command never showed as running: %+v", execs)
-		}
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-started.c:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the long command never started")
 	}
 	if _, err := h.m.StopSandbox(ctx, sbID); err != nil {
 		t.Fatal(err)
@@ -368,4 +365,15 @@ func TestRefusedSpecIsKept(t *testing.T) {
 	if res, out, _ := h.exec(w.ID, "echo", "ok"); res.ExitCode != 0 || out != "ok\n" {
 		t.Errorf("exec: %+v %q", res, out)
 	}
+}
+
+// firstWrite closes c on its first write.
+type firstWrite struct {
+	once sync.Once
+	c    chan struct{}
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.c) })
+	return len(p), nil
 }

@@ -26,6 +26,9 @@ type Export struct {
 	// have (made inside the sandbox with its own git): its change is in
 	// the export, as part of Tip's, but not its commits.
 	Foreign bool
+	// Unborn says HEAD names a branch with no commit yet: the export's
+	// commit is on the base, kept in hostgit, not a root commit.
+	Unborn bool
 	// Branch is the workspace's branch, checked with git's rules; empty
 	// when HEAD is detached or its name is not a valid branch (a bundle
 	// then names it agentbox/export, and says so here).
@@ -45,6 +48,7 @@ func (g Git) export(ctx context.Context, base string, author Author) (Export, er
 	if branch != "" && ValidBranch(ctx, branch) == nil {
 		e.Branch = branch
 	}
+	e.Unborn = head == ""
 	if head != "" && head != base {
 		known, err := g.isAncestor(ctx, base, head)
 		if err != nil {
@@ -149,11 +153,12 @@ func (g Git) Bundle(ctx context.Context, base string, author Author) ([]byte, Ex
 // Candidate makes the commit a review judges: the files as they are now,
 // committed on the branch when they differ from a HEAD the host made
 // (vet judges the tree first, as for Commit), or, when HEAD was made
-// inside the sandbox, the export's commit of the files on the last host
-// commit, kept in hostgit alone (the branch the sandbox sees stays).
+// inside the sandbox or its branch has no commit, the export's commit of
+// the files on the last host commit (or the base), kept in hostgit alone
+// (the branch the sandbox sees stays).
 func (g Git) Candidate(ctx context.Context, base, msg string, author Author, uid, gid int, vet Vet) (Export, error) {
 	e, err := g.export(ctx, base, author)
-	if err != nil || !e.Uncommitted || e.Foreign {
+	if err != nil || !e.Uncommitted || e.Foreign || e.Unborn {
 		return e, err
 	}
 	commit, err := g.Commit(ctx, msg, author, uid, gid, vet)

@@ -153,3 +153,26 @@ func TestExport(t *testing.T) {
 		}
 	})
 }
+
+// A HEAD on a branch with no commit yet: the candidate is the files on the
+// base, in hostgit, not a root commit on that branch.
+func TestCandidateUnbornBranch(t *testing.T) {
+	ctx := t.Context()
+	g, fx := hostGit(t)
+	author := Author{Name: "A", Email: "a@example.invalid"}
+	mustWrite(t, filepath.Join(g.Files, ".git", "HEAD"), "ref: refs/heads/fresh\n")
+	mustWrite(t, filepath.Join(g.Files, "new.txt"), "new\n")
+	e, err := g.Candidate(ctx, fx.commit, "cand", author, testUID, testGID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.Unborn || e.Tip == fx.commit {
+		t.Fatalf("export %+v", e)
+	}
+	if parent := testutil.Git(t, "", "--git-dir", HostGitDir(g.Dir), "rev-parse", e.Tip+"^"); parent != fx.commit {
+		t.Errorf("the candidate's parent is %s, want the base %s", parent, fx.commit)
+	}
+	if _, err := os.Stat(filepath.Join(g.Files, ".git", "refs", "heads", "fresh")); !os.IsNotExist(err) {
+		t.Errorf("the unborn branch was written: %v", err)
+	}
+}
