@@ -3,7 +3,7 @@
 // every database implementation satisfies.
 //
 // The database is the single source of truth (DESIGN.md §2). Implementations
-// live in sub-packages (sqlstore for SQLite; PostgreSQL later) and each runs
+// live in sub-packages (sqlstore, for SQLite and PostgreSQL) and each runs
 // the conformance suite in storetest, so callers never depend on which one is
 // configured. Errors are classified with internal/errdefs.
 package store
