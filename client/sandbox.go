@@ -241,3 +241,12 @@ func (c *Client) ListSecrets(ctx context.Context) ([]SecretInfo, error) {
 func (c *Client) RemoveSecret(ctx context.Context, name string) error {
 	return c.json(ctx, request{method: "DELETE", path: "/v1/secrets/" + esc(name)}, nil)
 }
+
+// Node is a daemon sharing the store.
+type Node = apitypes.Node
+
+// ListNodes lists the daemons sharing the daemon's store.
+func (c *Client) ListNodes(ctx context.Context) ([]Node, error) {
+	var out apitypes.NodeList
+	return out.Nodes, c.json(ctx, request{method: "GET", path: "/v1/nodes"}, &out)
+}

@@ -57,6 +57,7 @@ func TestPostgresStore(t *testing.T) {
 	if strings.Contains(out+errOut, pw) {
 		t.Errorf("the refusal names the password: %s%s", out, errOut)
 	}
+	first := oneNode(t, data, d)
 	d.stop(t)
 	if _, err := os.Stat(filepath.Join(data, "agentbox.db")); !os.IsNotExist(err) {
 		t.Errorf("the data dir has a SQLite database beside --store: %v", err)
@@ -68,6 +69,9 @@ func TestPostgresStore(t *testing.T) {
 	cl = d.client(t)
 	if got, err := cl.GetWorkspace(t.Context(), ws.ID); err != nil || got.ID != ws.ID {
 		t.Fatalf("after the restart: workspace %v, %v", got.ID, err)
+	}
+	if again := oneNode(t, data, d); again != first {
+		t.Errorf("the restarted daemon is node %s, was %s", again, first)
 	}
 	sbs, err := cl.ListSandboxes(t.Context(), ws.ID)
 	if err != nil || len(sbs) != 1 || sbs[0].ID != sb.ID {
@@ -197,6 +201,25 @@ func TestMigrateToPostgres(t *testing.T) {
 	if err != nil || len(evs) <= len(want["events"]) {
 		t.Errorf("events on PostgreSQL: %d (migrated %d), %v", len(evs), len(want["events"]), err)
 	}
+}
+
+// oneNode checks that agentbox nodes lists d alone, up, and returns its
+// node ID.
+func oneNode(t *testing.T, data string, d *daemonProc) string {
+	t.Helper()
+	out, errOut, code := runCLI(t, data, "", "--json", "nodes")
+	if code != 0 {
+		t.Fatalf("nodes: exit %d %s %s", code, out, errOut)
+	}
+	ns, _ := oneJSON(t, out)["nodes"].([]any)
+	if len(ns) != 1 {
+		t.Fatalf("nodes: %s", out)
+	}
+	n := ns[0].(map[string]any)
+	if n["state"] != "up" || n["pid"] != float64(d.cmd.Process.Pid) || n["data_dir"] != data || !strings.HasPrefix(n["id"].(string), "node_") {
+		t.Errorf("nodes: %v, want daemon pid %d on %s up", n, d.cmd.Process.Pid, data)
+	}
+	return n["id"].(string)
 }
 
 // cleanupAllNow is cleanupAll's work, run at once (from a cleanup).

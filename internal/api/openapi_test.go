@@ -120,6 +120,8 @@ func TestExchangesMatchDocument(t *testing.T) {
 	must("usage", err)
 	_, err = cl.GC(ctx, client.GCRequest{DryRun: true, Budget: 1 << 40})
 	must("gc", err)
+	_, err = cl.ListNodes(ctx)
+	must("nodes", err)
 
 	// Errors are documented replies too.
 	for _, bad := range []func() error{

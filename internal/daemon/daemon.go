@@ -203,6 +203,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		go func() { errc <- e2bSrv.Serve(e2bLn) }()
 		log.Info("agentbox serving the E2B endpoint", "addr", "tcp://"+e2bLn.Addr().String())
 	}
+	stopNode, err := runNode(ctx, st, cfg.DataDir, addr, log)
+	if err != nil {
+		return err
+	}
+	// After the shutdown below: the node is up while it finishes work.
+	defer stopNode()
 	if ready != nil {
 		ready(addr)
 	}

@@ -221,6 +221,7 @@ type Store interface {
 
 	UsageStore
 	ReviewStore
+	NodeStore
 
 	Close() error
 }

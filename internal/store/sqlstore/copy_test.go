@@ -42,6 +42,8 @@ func fill(t *testing.T, s store.Store) {
 	must(s.SetSandboxCgroupUsage(ctx, "sb_1", 99, 1024))
 	must(s.PutSecret(ctx, store.SealedSecret{Name: "K", Nonce: []byte{0, 1, 2, 255}, Sealed: []byte("\x00sealed\xff"), CreatedAt: n, UpdatedAt: n}))
 	must(s.CreateCandidate(ctx, store.Candidate{ID: "cand_1", WorkspaceID: "ws_1", Disposition: "ready", CreatedAt: n, UpdatedAt: n}))
+	must(s.RegisterNode(ctx, store.Node{ID: "node_1", Host: "h", PID: 1, DataDir: "/d", StartedAt: n, HeartbeatAt: n}))
+	must(s.StopNode(ctx, "node_1", n.Add(time.Minute)))
 	must(s.PutForge(ctx, store.ForgeBinding{Host: "git.example", Kind: "gitea", Secret: "K", CreatedAt: n, UpdatedAt: n}))
 }
 

@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/api"
+	"github.com/agentbox/agentbox/internal/atomicfile"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/ids"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// nodeIDName is the file in the data dir that keeps this daemon's node ID,
+// so that a restart is the same node to the others sharing the store.
+const nodeIDName = "node-id"
+
+// nodeID reads the data dir's node ID, making one at the first start.
+func nodeID(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, nodeIDName)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if !ids.HasPrefix(id, "node") {
+			return "", fmt.Errorf("%s holds %q, not a node ID: remove it to make a new one: %w", path, id, errdefs.ErrInvalid)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	id := ids.New("node")
+	if err := atomicfile.WriteNew(path, 0o600, []byte(id+"\n")); err != nil {
+		return "", fmt.Errorf("recording the node ID in %s: %w", path, err)
+	}
+	return id, nil
+}
+
+// runNode registers this daemon as a node of the store and beats its
+// heartbeat every store.NodeHeartbeat until ctx ends; the returned stop
+// records the clean stop. A heartbeat that fails is logged and retried at
+// the next beat: the store may be unreachable for a while.
+func runNode(ctx context.Context, st store.Store, dataDir, addr string, log *slog.Logger) (stop func(), err error) {
+	id, err := nodeID(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	now := time.Now().UTC()
+	n := store.Node{ID: id, Host: host, PID: os.Getpid(), DataDir: dataDir, Addr: addr, Version: api.Version, StartedAt: now, HeartbeatAt: now}
+	if err := st.RegisterNode(ctx, n); err != nil {
+		return nil, err
+	}
+	beatCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(store.NodeHeartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-beatCtx.Done():
+				return
+			case <-t.C:
+			}
+			if err := st.HeartbeatNode(beatCtx, id, time.Now().UTC()); errors.Is(err, errdefs.ErrNotFound) {
+				// Removed behind our back: register again.
+				n.HeartbeatAt = time.Now().UTC()
+				err = st.RegisterNode(beatCtx, n)
+			} else if err != nil && beatCtx.Err() == nil {
+				log.Warn("node heartbeat failed", "node_id", id, "err", err)
+			}
+		}
+	}()
+	log.Info("node registered", "node_id", id)
+	return func() {
+		cancel()
+		<-done
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		if err := st.StopNode(sctx, id, time.Now().UTC()); err != nil {
+			log.Warn("recording the node's stop", "node_id", id, "err", err)
+		}
+	}, nil
+}
