@@ -27,7 +27,7 @@ func daemonOptions(image string) (bench.DaemonOptions, error) {
 
 func (c *cli) benchLoadCmd() *cobra.Command {
 	var opts bench.LoadOptions
-	var image string
+	var image, store string
 	cmd := &cobra.Command{
 		Use:   "load",
 		Short: "N clients doing mixed operations against a real daemon for a bounded time: errors, p50/p99 per operation, memory growth, leaks",
@@ -37,6 +37,7 @@ func (c *cli) benchLoadCmd() *cobra.Command {
 			if opts.DaemonOptions, err = daemonOptions(image); err != nil {
 				return err
 			}
+			opts.Store = store
 			res, err := bench.Load(cmd.Context(), opts, c.benchProgress())
 			if err != nil {
 				return err
@@ -46,6 +47,7 @@ func (c *cli) benchLoadCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&opts.Clients, "clients", bench.DefaultLoadClients, "concurrent clients")
+	fl.StringVar(&store, "store", "", "the daemon's store: an empty postgres:// database (default the SQLite file in its scratch data dir)")
 	fl.DurationVar(&opts.Duration, "duration", bench.DefaultLoadDuration, "how long clients start new cycles")
 	fl.StringVar(&image, "image", bench.DefaultImage, "image of the docker sandboxes (must be in the engine)")
 	return cmd

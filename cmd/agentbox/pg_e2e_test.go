@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/bench"
 	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/testutil"
@@ -236,5 +238,32 @@ func cleanupAllNow(t *testing.T, data string, extra ...string) {
 	d.stop(t)
 	if n := mountsUnder(t, data); n != 0 {
 		t.Errorf("%d mounts left under %s", n, data)
+	}
+}
+
+// TestLoadPostgres is TestLoad against a daemon on PostgreSQL: 32 clients
+// doing mixed operations, then every check of the benchmark (no error,
+// memory flat, nothing left).
+func TestLoadPostgres(t *testing.T) {
+	requireDocker(t)
+	var log bytes.Buffer
+	res, err := bench.Load(t.Context(), bench.LoadOptions{
+		DaemonOptions: bench.DaemonOptions{Binary: binary, Store: pgtest.NewDatabase(t)},
+		Clients:       32,
+		Duration:      20 * time.Second,
+	}, &log)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	var out bytes.Buffer
+	res.Print(&out)
+	t.Logf("\n%s", out.String())
+	if !res.OK() {
+		t.Errorf("load checks failed\n%s", log.String())
+	}
+	for _, op := range res.Ops {
+		if op.Count == 0 {
+			t.Errorf("operation %s never completed", op.Op)
+		}
 	}
 }

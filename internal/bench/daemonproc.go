@@ -42,6 +42,9 @@ type DaemonOptions struct {
 	DockerHost string
 	// ShutdownGrace is the daemon's shutdown grace (default its own).
 	ShutdownGrace time.Duration
+	// Store is the daemon's store (a postgres:// URL); empty: the SQLite
+	// file in its scratch data dir.
+	Store string
 }
 
 // daemonProc is a running `agentbox serve` on a scratch dir.
@@ -122,6 +125,9 @@ func startDaemon(ctx context.Context, opts DaemonOptions, files int, log io.Writ
 	}
 	if opts.ShutdownGrace > 0 {
 		cfg += "shutdown_grace: " + opts.ShutdownGrace.String() + "\n"
+	}
+	if opts.Store != "" {
+		cfg += "store: " + strconv.Quote(opts.Store) + "\n"
 	}
 	cfgPath := filepath.Join(d.root, "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
