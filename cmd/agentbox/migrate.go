@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -73,12 +74,18 @@ keeps the files, the workspaces and the key that unseals the secrets.`,
 				return err
 			}
 			defer dst.Close()
-			release, err := dst.HoldExclusive(ctx)
+			// A lock lost mid-copy ends the copy's transaction.
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			release, err := dst.HoldExclusive(ctx, func(err error) { cancel(err) })
 			if err != nil {
 				return err
 			}
 			defer release()
 			stats, err := src.CopyTo(ctx, dst)
+			if cause := context.Cause(ctx); err != nil && cause != nil {
+				err = cause
+			}
 			if err != nil {
 				return fmt.Errorf("migrating %s to %s: %w", path, store.RedactURL(to), err)
 			}

@@ -51,10 +51,19 @@ func NewLogger(cfg config.Config, w *os.File) *slog.Logger {
 
 // Run serves until ctx ends, then shuts down gracefully. ready, if set, is
 // called with the listening address once requests are accepted.
-func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(addr string)) error {
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(addr string)) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// The daemon also stops, as on SIGTERM, when it loses its hold on the
+	// store; Run then returns the reason.
+	ctx, stopRun := context.WithCancelCause(ctx)
+	defer func() {
+		if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
+		stopRun(nil)
+	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir %s: %w", cfg.DataDir, err)
 	}
@@ -87,7 +96,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	defer st.Close()
 	// One daemon per store, as per data dir: a PostgreSQL database is not
 	// in the data dir, so its own lock says whether another daemon uses it.
-	release, err := st.HoldExclusive(ctx)
+	release, err := st.HoldExclusive(ctx, func(err error) {
+		log.Error("stopping: another daemon may be using the store", "err", err)
+		stopRun(err)
+	})
 	if err != nil {
 		return err
 	}

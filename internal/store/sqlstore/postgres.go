@@ -2,11 +2,15 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -38,8 +42,9 @@ func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
 	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		// pgx's parse errors quote the string they could not parse.
-		return nil, errdefs.Invalid("store %s is not a valid PostgreSQL URL", name)
+		// pgx's parse errors quote the string they could not parse: its
+		// own redaction is not relied on.
+		return nil, errdefs.Invalid("store %s is not a valid PostgreSQL URL: %v", name, scrub(err, urlPasswords(dsn)...))
 	}
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		// Names this daemon in pg_stat_activity, and to a second daemon
@@ -65,16 +70,46 @@ func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
 // scrub makes sure an error's text does not carry the password (pgx's
 // connection errors name the host and user, not the password, but this
 // does not depend on it).
-func scrub(err error, password string) error {
-	if err == nil || password == "" || !strings.Contains(err.Error(), password) {
+func scrub(err error, passwords ...string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, pw := range passwords {
+		if pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	if msg == err.Error() {
 		return err
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), password, "xxxxx"))
+	return errors.New(msg)
+}
+
+// urlPasswords returns the passwords a URL carries, in its user info or
+// its query, raw and decoded, for scrub.
+func urlPasswords(dsn string) []string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if pw, ok := u.User.Password(); ok {
+		out = append(out, pw, url.UserPassword("", pw).String()[1:])
+	}
+	if pw := u.Query().Get("password"); pw != "" {
+		out = append(out, pw, url.QueryEscape(pw))
+	}
+	return out
 }
 
 // daemonLockKey is the session advisory lock a daemon holds on its
 // PostgreSQL database (arbitrary, fixed): "abxDaemn".
 const daemonLockKey int64 = 0x616278446165_6d6e
+
+// holdCheck is how often a held store lock is checked; a variable for
+// tests.
+var holdCheck = 5 * time.Second
 
 // HoldExclusive makes this process the only agentbox daemon on the
 // database until release is called or the process ends, or fails with
@@ -86,11 +121,67 @@ const daemonLockKey int64 = 0x616278446165_6d6e
 // The lock is PostgreSQL's session advisory lock on a connection kept for
 // the purpose, so it dies with the daemon's connection: a crashed or
 // partitioned daemon never blocks the next for longer than the server
-// takes to notice.
-func (s *Store) HoldExclusive(ctx context.Context) (release func(), err error) {
+// takes to notice. The other side of that: a connection that breaks (the
+// server restarted, a proxy dropped it) loses the lock. It is checked
+// every few seconds and taken again on a new connection; if another
+// daemon has taken it meanwhile, lost is called once with the reason, and
+// the caller must stop using the store.
+func (s *Store) HoldExclusive(ctx context.Context, lost func(error)) (release func(), err error) {
 	if s.d.name != "postgres" {
 		return func() {}, nil
 	}
+	conn, err := s.lockDaemon(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(holdCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				if conn != nil {
+					conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, daemonLockKey)
+					conn.Close()
+				}
+				return
+			case <-t.C:
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), holdCheck)
+			if conn != nil {
+				if _, err := conn.ExecContext(cctx, `SELECT 1`); err != nil {
+					conn.Close()
+					conn = nil
+				}
+			}
+			if conn == nil {
+				// The connection, and the lock with it, is gone: take it
+				// again, unless another daemon has.
+				var err error
+				conn, err = s.lockDaemon(cctx)
+				if errors.Is(err, errdefs.ErrConflict) {
+					cancel()
+					if lost != nil {
+						lost(fmt.Errorf("lost the lock on the database when its connection broke: %w", err))
+					}
+					<-stop
+					return
+				}
+				// Any other error (the server is down): try again at the
+				// next check; no daemon writes meanwhile either.
+			}
+			cancel()
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(stop); <-done }) }, nil
+}
+
+// lockDaemon takes the daemon lock on a connection of its own.
+func (s *Store) lockDaemon(ctx context.Context) (*sql.Conn, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("locking database %s: %w", s.name, err)
@@ -114,8 +205,5 @@ func (s *Store) HoldExclusive(ctx context.Context) (release func(), err error) {
 		return nil, fmt.Errorf("database %s is used by another agentbox daemon (%s): stop it, or give this one another store: %w",
 			s.name, holder, errdefs.ErrConflict)
 	}
-	return func() {
-		conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, daemonLockKey)
-		conn.Close()
-	}, nil
+	return conn, nil
 }

@@ -1,12 +1,14 @@
 package sqlstore_test
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
@@ -133,31 +135,99 @@ func TestSchemasMatch(t *testing.T) {
 }
 
 // TestHoldExclusive checks that a second daemon on a database is refused,
-// naming the first, and gets it once the first lets go.
+// naming the first, and gets it once the first lets go; that a holder
+// whose connection breaks takes the lock again; and that one that finds
+// it taken by then is told it lost it.
 func TestHoldExclusive(t *testing.T) {
+	defer sqlstore.SetHoldCheck(50 * time.Millisecond)()
+	ctx := t.Context()
 	url := pgtest.NewDatabase(t)
-	a, err := sqlstore.OpenPostgres(t.Context(), url)
+	open := func() *sqlstore.Store {
+		s, err := sqlstore.OpenPostgres(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	lostA := make(chan error, 1)
+	release, err := a.HoldExclusive(ctx, func(err error) { lostA <- err })
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
-	b, err := sqlstore.OpenPostgres(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	release, err := a.HoldExclusive(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = b.HoldExclusive(t.Context())
+	_, err = b.HoldExclusive(ctx, nil)
 	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), fmt.Sprintf("agentbox pid %d", os.Getpid())) {
 		t.Fatalf("a second hold: %v, want a conflict naming pid %d", err, os.Getpid())
 	}
 	release()
-	release2, err := b.HoldExclusive(t.Context())
+	release() // twice is harmless
+	releaseB, err := b.HoldExclusive(ctx, nil)
 	if err != nil {
 		t.Fatalf("after the first let go: %v", err)
 	}
-	release2()
+	releaseB()
+
+	// The holder's connection breaks; nobody else wants the lock: the
+	// holder takes it again on a new connection.
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if release, err = a.HoldExclusive(ctx, func(err error) { lostA <- err }); err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	breakHolder := func() {
+		t.Helper()
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(pg_terminate_backend(l.pid, 5000)) FROM pg_locks l
+			WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("ending the holder's connection: %d ended, %v", n, err)
+		}
+	}
+	held := func() bool {
+		var n int
+		db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
+		return n == 1
+	}
+	breakHolder()
+	for deadline := time.Now().Add(10 * time.Second); !held(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the holder did not take the lock again after its connection broke")
+		}
+	}
+	if _, err := b.HoldExclusive(ctx, nil); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("a second hold after the holder took it again: %v", err)
+	}
+	select {
+	case err := <-lostA:
+		t.Fatalf("the holder was told it lost the lock: %v", err)
+	default:
+	}
+
+	// Broken again, and another daemon is quicker (the holder checks only
+	// every second now): the holder is told.
+	release()
+	defer sqlstore.SetHoldCheck(time.Second)()
+	if release, err = a.HoldExclusive(ctx, func(err error) { lostA <- err }); err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	breakHolder()
+	releaseB, err = b.HoldExclusive(ctx, nil)
+	if err != nil {
+		t.Fatalf("taking the lock of a broken holder: %v", err)
+	}
+	defer releaseB()
+	select {
+	case err := <-lostA:
+		if !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("lost: %v, want a conflict", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder was not told it lost the lock")
+	}
 }

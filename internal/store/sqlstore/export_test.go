@@ -1,0 +1,10 @@
+package sqlstore
+
+import "time"
+
+// SetHoldCheck sets how often a held lock is checked, for the tests.
+func SetHoldCheck(d time.Duration) (restore func()) {
+	old := holdCheck
+	holdCheck = d
+	return func() { holdCheck = old }
+}
