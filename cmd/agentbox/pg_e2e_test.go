@@ -67,7 +67,7 @@ func TestPostgresStore(t *testing.T) {
 	logs := d.logs.String()
 
 	d = startDaemon(t, data, "--store", url)
-	defer d.stop(t)
+	defer func() { d.stop(t) }() // the daemon running at the end
 	cl = d.client(t)
 	if got, err := cl.GetWorkspace(t.Context(), ws.ID); err != nil || got.ID != ws.ID {
 		t.Fatalf("after the restart: workspace %v, %v", got.ID, err)
@@ -99,6 +99,20 @@ func TestPostgresStore(t *testing.T) {
 	out, errOut, code = runCLI(t, data, "", "exec", ws.ID, "--", "cat", "made.txt")
 	if code != 0 || out != "made\n" {
 		t.Errorf("exec after the restart: exit %d %q %q", code, out, errOut)
+	}
+	// A crash: the database ends the dead daemon's session and its lock
+	// with it, so the next start is not refused; the sandbox the crash
+	// left running is reconciled and the next exec works.
+	d.kill9(t)
+	logs += d.logs.String()
+	d = startDaemon(t, data, "--store", url)
+	cl = d.client(t)
+	if again := oneNode(t, data, d); again != first {
+		t.Errorf("the daemon restarted after kill -9 is node %s, was %s", again, first)
+	}
+	out, errOut, code = runCLI(t, data, "", "exec", ws.ID, "--", "cat", "made.txt")
+	if code != 0 || out != "made\n" {
+		t.Errorf("exec after kill -9: exit %d %q %q", code, out, errOut)
 	}
 	if logs += d.logs.String(); strings.Contains(logs, pw) {
 		t.Errorf("the daemon logged the password")
