@@ -55,11 +55,13 @@ var postgresDialect = dialect{
 	lockEvents:   fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", eventsLockKey),
 }
 
-// PostgreSQL's SQLSTATE codes for the constraint violations classify
-// reports as conflicts.
+// PostgreSQL's SQLSTATE codes that classify reports: constraint
+// violations as conflicts, text it cannot hold as invalid.
 const (
 	pgUniqueViolation     = "23505"
 	pgForeignKeyViolation = "23503"
+	pgBadCharacter        = "22021" // character_not_in_repertoire: NUL, invalid UTF-8
+	pgUntranslatable      = "22P05"
 )
 
 // lockEvents runs the dialect's event lock in tx, if it has one.

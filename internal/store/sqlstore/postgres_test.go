@@ -231,3 +231,17 @@ func TestHoldExclusive(t *testing.T) {
 		t.Fatal("the holder was not told it lost the lock")
 	}
 }
+
+// TestPostgresBadText checks that text PostgreSQL cannot hold is refused
+// as invalid, naming the object, rather than as a server error.
+func TestPostgresBadText(t *testing.T) {
+	s := openPostgres(t)
+	defer s.Close()
+	for _, bad := range []string{"nul\x00byte", "bad\xffutf8"} {
+		r := store.Repo{ID: "repo_1", URL: "https://example.invalid/" + bad, Path: "/d", CreatedAt: time.Now(), LastFetchAt: time.Now(), LastUsedAt: time.Now()}
+		err := s.CreateRepo(t.Context(), r)
+		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "repo repo_1") {
+			t.Errorf("a URL with %q: %v, want invalid", bad, err)
+		}
+	}
+}

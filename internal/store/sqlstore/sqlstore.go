@@ -129,6 +129,10 @@ func classify(err error, what string) error {
 			return fmt.Errorf("%s already exists: %w", what, errdefs.ErrConflict)
 		case pgForeignKeyViolation:
 			return fmt.Errorf("%s is still referenced or references a missing object: %w", what, errdefs.ErrConflict)
+		case pgBadCharacter, pgUntranslatable:
+			// PostgreSQL's text holds neither NUL nor invalid UTF-8,
+			// which SQLite stores as given.
+			return fmt.Errorf("%s: a text field holds a NUL byte or invalid UTF-8: %w", what, errdefs.ErrInvalid)
 		}
 	}
 	return fmt.Errorf("%s: %w", what, err)
