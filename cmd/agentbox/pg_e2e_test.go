@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -280,4 +281,50 @@ func TestLoadPostgres(t *testing.T) {
 			t.Errorf("operation %s never completed", op.Op)
 		}
 	}
+}
+
+// TestPostgresLockLost breaks a daemon's connection that holds its store
+// lock and takes the lock first, as a second daemon would: the daemon
+// stops, saying why, rather than share the store.
+func TestPostgresLockLost(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	data := t.TempDir()
+	d := startDaemon(t, data, "--store", url)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var pid int
+	var key int64
+	if err := conn.QueryRowContext(t.Context(), `SELECT pid, (classid::bigint << 32) | objid::bigint FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&pid, &key); err != nil {
+		t.Fatalf("finding the daemon's lock: %v", err)
+	}
+	var took bool
+	if err := conn.QueryRowContext(t.Context(), `SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&took); err != nil || !took {
+		t.Fatalf("ending the daemon's lock connection: %v", err)
+	}
+	if err := conn.QueryRowContext(t.Context(), `SELECT pg_try_advisory_lock($1)`, key).Scan(&took); err != nil || !took {
+		t.Fatalf("taking the daemon's lock: %v %v", took, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil || !strings.Contains(d.logs.String(), "lost the lock on the database") {
+			t.Errorf("the daemon exited with %v:\n%s", err, tail(d.logs.String(), 2000))
+		}
+	case <-time.After(30 * time.Second):
+		d.cmd.Process.Kill()
+		t.Fatalf("the daemon kept serving without its store lock:\n%s", tail(d.logs.String(), 2000))
+	}
+	conn.ExecContext(t.Context(), `SELECT pg_advisory_unlock($1)`, key)
+	// Once the lock is free again, a daemon starts on the store.
+	startDaemon(t, data, "--store", url).stop(t)
 }

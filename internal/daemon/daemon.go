@@ -104,6 +104,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		return err
 	}
 	defer release()
+	// A node of the store from here on, before the first request: its
+	// stop is recorded last, after the shutdown has finished the work.
+	stopNode, err := runNode(ctx, st, cfg.DataDir, addr, log)
+	if err != nil {
+		return err
+	}
+	defer stopNode()
 	bes, unavailable, defBackend, closeBackends := backends(ctx, cfg, log)
 	defer closeBackends()
 	gb, err := guestBinary(cfg)
@@ -215,12 +222,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		go func() { errc <- e2bSrv.Serve(e2bLn) }()
 		log.Info("agentbox serving the E2B endpoint", "addr", "tcp://"+e2bLn.Addr().String())
 	}
-	stopNode, err := runNode(ctx, st, cfg.DataDir, addr, log)
-	if err != nil {
-		return err
-	}
-	// After the shutdown below: the node is up while it finishes work.
-	defer stopNode()
 	if ready != nil {
 		ready(addr)
 	}

@@ -54,10 +54,16 @@ func runNode(ctx context.Context, st store.Store, dataDir, addr string, log *slo
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
 	n := store.Node{ID: id, Host: host, PID: os.Getpid(), DataDir: dataDir, Addr: addr, Version: api.Version, StartedAt: now, HeartbeatAt: now}
-	if err := st.RegisterNode(ctx, n); err != nil {
+	// Registered even when a stop is already asked for: the stop is
+	// recorded on the way out.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer rcancel()
+	if err := st.RegisterNode(rctx, n); err != nil {
 		return nil, err
 	}
-	beatCtx, cancel := context.WithCancel(ctx)
+	// Beats go on through the shutdown, until stop: a daemon finishing its
+	// work is up.
+	beatCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
