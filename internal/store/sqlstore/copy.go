@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/agentbox/agentbox/internal/errdefs"
 )
 
@@ -138,99 +141,127 @@ func (s *Store) CopyTo(ctx context.Context, dst *Store) (CopyStats, error) {
 		return nil, fmt.Errorf("reading the source: %w", err)
 	}
 	defer src.Rollback()
-	tx, err := dst.db.BeginTx(ctx, nil)
+	// The target is written through pgx itself, for COPY: a row costs
+	// microseconds, not a round trip.
+	conn, err := dst.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("writing the target: %w", err)
 	}
-	defer tx.Rollback()
-	// Lock every table of the target against writers for the whole copy,
-	// and make sure it is empty: a migration never merges two states.
-	for _, t := range order {
-		if _, err := tx.ExecContext(ctx, `LOCK TABLE `+t+` IN EXCLUSIVE MODE`); err != nil {
-			return nil, fmt.Errorf("locking table %s of the target: %w", t, err)
-		}
-		var n int64
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+t).Scan(&n); err != nil {
-			return nil, fmt.Errorf("counting table %s of the target: %w", t, err)
-		}
-		if n > 0 {
-			return nil, fmt.Errorf("the target database is not empty: table %s has %d row(s): %w", t, n, errdefs.ErrConflict)
-		}
-	}
+	defer conn.Close()
 	stats := CopyStats{}
-	for _, t := range order {
-		n, err := copyTable(ctx, src, tx, t, schema[t])
+	err = conn.Raw(func(dc any) error {
+		pc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("writing the target: a %T, not a pgx connection", dc)
+		}
+		tx, err := pc.Conn().Begin(ctx)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("writing the target: %w", err)
 		}
-		stats[t] = n
-	}
-	// Identity columns (event IDs, ...) continue after the copied rows.
-	rows, err := tx.QueryContext(ctx, `SELECT table_name, column_name FROM information_schema.columns
-		WHERE table_schema = current_schema() AND is_identity = 'YES' AND table_name <> $1`, gooseTable)
+		defer tx.Rollback(ctx)
+		// Lock every table of the target against writers for the whole
+		// copy, and make sure it is empty: a migration never merges two
+		// states.
+		for _, t := range order {
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+t+` IN EXCLUSIVE MODE`); err != nil {
+				return fmt.Errorf("locking table %s of the target: %w", t, err)
+			}
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM `+t).Scan(&n); err != nil {
+				return fmt.Errorf("counting table %s of the target: %w", t, err)
+			}
+			if n > 0 {
+				return fmt.Errorf("the target database is not empty: table %s has %d row(s): %w", t, n, errdefs.ErrConflict)
+			}
+		}
+		for _, t := range order {
+			n, err := copyTable(ctx, src, tx, t, schema[t])
+			if err != nil {
+				return err
+			}
+			stats[t] = n
+		}
+		// Identity columns (event IDs, ...) continue after the copied rows.
+		rows, err := tx.Query(ctx, `SELECT table_name, column_name FROM information_schema.columns
+			WHERE table_schema = current_schema() AND is_identity = 'YES' AND table_name <> $1`, gooseTable)
+		if err != nil {
+			return fmt.Errorf("finding identity columns: %w", err)
+		}
+		type ident struct{ table, col string }
+		var idents []ident
+		for rows.Next() {
+			var i ident
+			if err := rows.Scan(&i.table, &i.col); err != nil {
+				rows.Close()
+				return err
+			}
+			idents = append(idents, i)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("finding identity columns: %w", err)
+		}
+		for _, i := range idents {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SELECT setval(pg_get_serial_sequence('%s', '%s'), COALESCE((SELECT MAX(%s) FROM %s), 0) + 1, false)`,
+				i.table, i.col, i.col, i.table)); err != nil {
+				return fmt.Errorf("moving the sequence of %s.%s past the copied rows: %w", i.table, i.col, err)
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("committing the copy: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("finding identity columns: %w", err)
-	}
-	type ident struct{ table, col string }
-	var idents []ident
-	for rows.Next() {
-		var i ident
-		if err := rows.Scan(&i.table, &i.col); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		idents = append(idents, i)
-	}
-	rows.Close()
-	for _, i := range idents {
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SELECT setval(pg_get_serial_sequence('%s', '%s'), COALESCE((SELECT MAX(%s) FROM %s), 0) + 1, false)`,
-			i.table, i.col, i.col, i.table)); err != nil {
-			return nil, fmt.Errorf("moving the sequence of %s.%s past the copied rows: %w", i.table, i.col, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("committing the copy: %w", err)
+		return nil, err
 	}
 	return stats, nil
 }
 
-// copyTable copies one table's rows from src into dst, column by column
-// by name.
-func copyTable(ctx context.Context, src, dst *sql.Tx, table string, cols []string) (int64, error) {
-	list := strings.Join(cols, ", ")
-	rows, err := src.QueryContext(ctx, `SELECT `+list+` FROM `+table)
+// copyTable copies one table's rows from src into dst with COPY, column
+// by column by name.
+func copyTable(ctx context.Context, src *sql.Tx, dst pgx.Tx, table string, cols []string) (int64, error) {
+	rows, err := src.QueryContext(ctx, `SELECT `+strings.Join(cols, ", ")+` FROM `+table)
 	if err != nil {
 		return 0, fmt.Errorf("reading table %s: %w", table, err)
 	}
 	defer rows.Close()
-	ph := make([]string, len(cols))
-	for i := range ph {
-		ph[i] = fmt.Sprintf("$%d", i+1)
+	rs := &rowSource{rows: rows, vals: make([]any, len(cols)), ptrs: make([]any, len(cols))}
+	for i := range rs.vals {
+		rs.ptrs[i] = &rs.vals[i]
 	}
-	ins, err := dst.PrepareContext(ctx, `INSERT INTO `+table+` (`+list+`) VALUES (`+strings.Join(ph, ", ")+`)`)
+	n, err := dst.CopyFrom(ctx, pgx.Identifier{table}, cols, rs)
 	if err != nil {
-		return 0, fmt.Errorf("preparing table %s of the target: %w", table, err)
-	}
-	defer ins.Close()
-	vals := make([]any, len(cols))
-	ptrs := make([]any, len(cols))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	var n int64
-	for rows.Next() {
-		if err := rows.Scan(ptrs...); err != nil {
-			return n, fmt.Errorf("reading table %s: %w", table, err)
-		}
-		if _, err := ins.ExecContext(ctx, vals...); err != nil {
-			return n, fmt.Errorf("copying row %d of table %s: %w", n+1, table, err)
-		}
-		n++
-	}
-	if err := rows.Err(); err != nil {
-		return n, fmt.Errorf("reading table %s: %w", table, err)
+		return n, fmt.Errorf("copying table %s: %w", table, err)
 	}
 	return n, nil
+}
+
+// rowSource feeds COPY from a query's rows.
+type rowSource struct {
+	rows       *sql.Rows
+	vals, ptrs []any
+	err        error
+}
+
+func (r *rowSource) Next() bool {
+	if !r.rows.Next() {
+		return false
+	}
+	if err := r.rows.Scan(r.ptrs...); err != nil {
+		r.err = err
+		return false
+	}
+	return true
+}
+
+func (r *rowSource) Values() ([]any, error) { return r.vals, nil }
+
+func (r *rowSource) Err() error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.rows.Err()
 }
 
 // Dump renders every row of every table as text, one line per row with
