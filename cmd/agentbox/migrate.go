@@ -36,7 +36,7 @@ workspaces, sandboxes, execs, events, sealed secrets, usage, candidates,
 forges...) into an empty PostgreSQL database, in one transaction: all of it
 or nothing. The daemon must be stopped (migrate holds the data dir's lock
 meanwhile, so none can start), and the target must be empty. The SQLite
-file stays as it was. Then serve with --store and the same data dir, which
+file stays, brought to this version's schema first, as serve would. Then serve with --store and the same data dir, which
 keeps the files, the workspaces and the key that unseals the secrets.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
