@@ -22,6 +22,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -141,8 +142,10 @@ func start() (*server, string, error) {
 		cred = &syscall.Credential{Uid: uint32(id), Gid: uint32(gid)}
 		uid = id
 	}
-	// The socket path must fit in 107 bytes: a short directory under /tmp.
-	dir, err := os.MkdirTemp("", "abpg")
+	removeStale()
+	// The socket path must fit in 107 bytes: a short directory under
+	// $TMPDIR, named with this process's pid for removeStale.
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", dirPrefix, os.Getpid()))
 	if err != nil {
 		return nil, "", err
 	}
@@ -215,6 +218,27 @@ func start() (*server, string, error) {
 	}
 	s.startup = time.Since(began)
 	return s, "", nil
+}
+
+// dirPrefix starts the name of a server's directory: dirPrefix, the pid
+// of the test binary, "-", random.
+const dirPrefix = "abpg"
+
+// removeStale removes the directories of servers whose test binary died
+// without stopping them (killed: its server went with it, through
+// Pdeathsig, but the files stay).
+func removeStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*-*"))
+	for _, d := range dirs {
+		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), dirPrefix), "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // stop shuts the server down fast (SIGINT) and removes its directory.
