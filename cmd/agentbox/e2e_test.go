@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/testutil"
 	"github.com/agentbox/agentbox/internal/testutil/pgtest"
 	"github.com/agentbox/agentbox/internal/workspace"
@@ -55,6 +57,49 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// testStoreEnv=postgres runs every daemon that startDaemon starts on
+// PostgreSQL: a database of its own per data dir (pgtest), kept across
+// restarts on that data dir. CI runs the end-to-end tests once so.
+const testStoreEnv = "AGENTBOX_TEST_STORE"
+
+var (
+	testStoresMu sync.Mutex
+	testStores   = map[string]string{}
+)
+
+// testStore returns the PostgreSQL database of data dir data, making it
+// at the first call.
+func testStore(t *testing.T, data string) string {
+	testStoresMu.Lock()
+	defer testStoresMu.Unlock()
+	if u, ok := testStores[data]; ok {
+		return u
+	}
+	u := pgtest.NewDatabase(t)
+	testStores[data] = u
+	return u
+}
+
+// openDataStore opens the store of a stopped daemon on data: its
+// PostgreSQL database when testStore made one, else its SQLite file.
+func openDataStore(t *testing.T, data string) *sqlstore.Store {
+	t.Helper()
+	testStoresMu.Lock()
+	u, ok := testStores[data]
+	testStoresMu.Unlock()
+	var st *sqlstore.Store
+	var err error
+	if ok {
+		st, err = sqlstore.OpenPostgres(t.Context(), u)
+	} else {
+		st, err = sqlstore.Open(t.Context(), filepath.Join(data, "agentbox.db"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // daemon is a real `agentbox serve` process on a data dir.
 type daemonProc struct {
 	data string
@@ -64,6 +109,9 @@ type daemonProc struct {
 
 func startDaemon(t *testing.T, data string, extra ...string) *daemonProc {
 	t.Helper()
+	if os.Getenv(testStoreEnv) == "postgres" && !slices.Contains(extra, "--store") {
+		extra = append(extra, "--store", testStore(t, data))
+	}
 	d := &daemonProc{data: data, logs: &bytes.Buffer{}}
 	d.cmd = exec.Command(binary, append([]string{"serve", "--data", data, "--log-level", "debug"}, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs

@@ -18,7 +18,6 @@ import (
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/store"
-	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/testutil"
 	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
@@ -115,10 +114,7 @@ func waitExit(t *testing.T, d *daemonProc, within time.Duration) {
 // or being created, and no container of its sandboxes.
 func checkStoppedState(t *testing.T, data string) []store.Exec {
 	t.Helper()
-	st, err := sqlstore.Open(t.Context(), filepath.Join(data, "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openDataStore(t, data)
 	defer st.Close()
 	execs, err := st.ListExecs(t.Context(), store.ExecFilter{})
 	if err != nil {
