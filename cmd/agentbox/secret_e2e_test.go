@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,6 +70,20 @@ func TestSecretsThroughTheCLI(t *testing.T) {
 	for _, f := range files {
 		if raw, _ := os.ReadFile(f); strings.Contains(string(raw), value) {
 			t.Errorf("%s holds the secret in clear", f)
+		}
+	}
+	// Row by row too, which is what there is to look at on PostgreSQL.
+	st := openDataStore(t, data)
+	dump, err := st.Dump(t.Context())
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for table, rows := range dump {
+		for _, r := range rows {
+			if strings.Contains(r, value) || strings.Contains(r, hex.EncodeToString([]byte(value))) {
+				t.Errorf("table %s holds the secret in clear", table)
+			}
 		}
 	}
 	if out, errOut, code := cli("", "secret", "rm", "DEPLOY_TOKEN"); code != 0 {
