@@ -24,7 +24,6 @@ import (
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mountinfo"
 	"github.com/agentbox/agentbox/internal/sandbox"
-	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/testutil"
 	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
@@ -137,7 +136,11 @@ func (m *crashModel) wrote(id, path, content string) {
 func startCrashDaemon(t *testing.T, data, cfg string) *daemonProc {
 	t.Helper()
 	d := &daemonProc{data: data, logs: &bytes.Buffer{}}
-	d.cmd = exec.Command(binary, "serve", "--data", data, "--log-level", "info")
+	args := []string{"serve", "--data", data, "--log-level", "info"}
+	if os.Getenv(testStoreEnv) == "postgres" {
+		args = append(args, "--store", testStore(t, data))
+	}
+	d.cmd = exec.Command(binary, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	d.cmd.Env = append(os.Environ(), "AGENTBOX_DATA="+data, "AGENTBOX_CONFIG="+cfg)
 	if err := d.cmd.Start(); err != nil {
@@ -451,7 +454,7 @@ func crashVerify(t *testing.T, cl *client.Client, data, owner string, m *crashMo
 		}
 	}
 	// No exec is running after a restart: a new daemon runs no command.
-	st, err := sqlstore.Open(ctx, filepath.Join(data, "agentbox.db"))
+	st, err := openDataStoreErr(t, data)
 	if err != nil {
 		t.Errorf("opening the database: %v", err)
 		return false
@@ -588,7 +591,7 @@ func orphans(t *testing.T, cl *client.Client, data, owner string) []string {
 		problems = append(problems, fmt.Sprintf("local jails left: %v", localDirs))
 	}
 	// Pristine checkouts are not in the API: the database says which exist.
-	st, err := sqlstore.Open(ctx, filepath.Join(data, "agentbox.db"))
+	st, err := openDataStoreErr(t, data)
 	if err != nil {
 		return append(problems, err.Error())
 	}

@@ -80,24 +80,25 @@ func testStore(t *testing.T, data string) string {
 	return u
 }
 
-// openDataStore opens the store of a stopped daemon on data: its
-// PostgreSQL database when testStore made one, else its SQLite file.
+// openDataStore opens the store of a daemon on data: its PostgreSQL
+// database when testStore made one, else its SQLite file.
 func openDataStore(t *testing.T, data string) *sqlstore.Store {
 	t.Helper()
-	testStoresMu.Lock()
-	u, ok := testStores[data]
-	testStoresMu.Unlock()
-	var st *sqlstore.Store
-	var err error
-	if ok {
-		st, err = sqlstore.OpenPostgres(t.Context(), u)
-	} else {
-		st, err = sqlstore.Open(t.Context(), filepath.Join(data, "agentbox.db"))
-	}
+	st, err := openDataStoreErr(t, data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
+}
+
+func openDataStoreErr(t *testing.T, data string) (*sqlstore.Store, error) {
+	testStoresMu.Lock()
+	u, ok := testStores[data]
+	testStoresMu.Unlock()
+	if ok {
+		return sqlstore.OpenPostgres(t.Context(), u)
+	}
+	return sqlstore.Open(t.Context(), filepath.Join(data, "agentbox.db"))
 }
 
 // daemon is a real `agentbox serve` process on a data dir.

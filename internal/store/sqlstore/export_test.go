@@ -8,3 +8,6 @@ func SetHoldCheck(d time.Duration) (restore func()) {
 	holdCheck = d
 	return func() { holdCheck = old }
 }
+
+// DaemonLockKey is the daemon lock's key.
+const DaemonLockKey = daemonLockKey

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -130,9 +131,25 @@ func (s *Store) HoldExclusive(ctx context.Context, lost func(error)) (release fu
 	if s.d.name != "postgres" {
 		return func() {}, nil
 	}
-	conn, err := s.lockDaemon(ctx)
-	if err != nil {
-		return nil, err
+	// A daemon of this machine that has just died may still hold the lock
+	// for a moment: the server ends its session when it notices. Its
+	// successor waits for that rather than fail; a live holder, or one
+	// elsewhere, is refused at once.
+	var h held
+	for deadline := time.Now().Add(holdDeadWait); ; {
+		var holder lockHolder
+		h, holder, err = s.lockDaemon(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errdefs.ErrConflict) || !holder.deadHere() || time.Now().After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -143,26 +160,33 @@ func (s *Store) HoldExclusive(ctx context.Context, lost func(error)) (release fu
 		for {
 			select {
 			case <-stop:
-				if conn != nil {
-					conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, daemonLockKey)
-					conn.Close()
+				if h.conn != nil {
+					h.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, daemonLockKey)
+					h.conn.Close()
 				}
 				return
 			case <-t.C:
 			}
 			cctx, cancel := context.WithTimeout(context.Background(), holdCheck)
-			if conn != nil {
-				if _, err := conn.ExecContext(cctx, `SELECT 1`); err != nil {
-					conn.Close()
-					conn = nil
+			if h.conn != nil {
+				if _, err := h.conn.ExecContext(cctx, `SELECT 1`); err != nil {
+					h.conn.Close()
+					h.conn = nil
 				}
 			}
-			if conn == nil {
+			if h.conn == nil {
 				// The connection, and the lock with it, is gone: take it
 				// again, unless another daemon has.
-				var err error
-				conn, err = s.lockDaemon(cctx)
-				if errors.Is(err, errdefs.ErrConflict) {
+				nh, holder, err := s.lockDaemon(cctx)
+				switch {
+				case err == nil:
+					h = nh
+				case errors.Is(err, errdefs.ErrConflict) && holder.backend == h.backend:
+					// Our own old session, which the server has not
+					// ended yet: end it, and take the lock at the next
+					// check.
+					s.db.ExecContext(cctx, `SELECT pg_terminate_backend($1)`, holder.backend)
+				case errors.Is(err, errdefs.ErrConflict):
 					cancel()
 					if lost != nil {
 						lost(fmt.Errorf("lost the lock on the database when its connection broke: %w", err))
@@ -180,30 +204,63 @@ func (s *Store) HoldExclusive(ctx context.Context, lost func(error)) (release fu
 	return func() { once.Do(func() { close(stop); <-done }) }, nil
 }
 
-// lockDaemon takes the daemon lock on a connection of its own.
-func (s *Store) lockDaemon(ctx context.Context) (*sql.Conn, error) {
+// holdDeadWait bounds the wait for a dead daemon's lock to go.
+const holdDeadWait = 15 * time.Second
+
+// held is the daemon lock's connection and its server process.
+type held struct {
+	conn    *sql.Conn
+	backend int
+}
+
+// lockHolder is who holds the daemon lock: its server process and the
+// application name its connection gave (see OpenPostgres).
+type lockHolder struct {
+	backend int
+	app     string
+}
+
+// deadHere reports whether the holder is an agentbox daemon of this
+// machine that no longer runs.
+func (h lockHolder) deadHere() bool {
+	var pid int
+	var host string
+	if n, _ := fmt.Sscanf(h.app, "agentbox pid %d on %s", &pid, &host); n != 2 || pid <= 0 {
+		return false
+	}
+	me, _ := os.Hostname()
+	return host == me && pid != os.Getpid() && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// lockDaemon takes the daemon lock on a connection of its own, or fails
+// with ErrConflict naming the holder.
+func (s *Store) lockDaemon(ctx context.Context) (held, lockHolder, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("locking database %s: %w", s.name, err)
+		return held{}, lockHolder{}, fmt.Errorf("locking database %s: %w", s.name, err)
 	}
 	var ok bool
-	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, daemonLockKey).Scan(&ok); err != nil {
+	var backend int
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1), pg_backend_pid()`, daemonLockKey).Scan(&ok, &backend); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("locking database %s: %w", s.name, err)
+		return held{}, lockHolder{}, fmt.Errorf("locking database %s: %w", s.name, err)
 	}
-	if !ok {
-		conn.Close()
-		holder := "unknown"
-		// An advisory lock on a bigint key shows as classid (high half) and objid (low half).
-		var app string
-		key := daemonLockKey
-		if err := s.db.QueryRowContext(ctx, `SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 AND l.objsubid = 1 LIMIT 1`,
-			key>>32, key&0xffffffff).Scan(&app); err == nil && app != "" {
-			holder = app
-		}
-		return nil, fmt.Errorf("database %s is used by another agentbox daemon (%s): stop it, or give this one another store: %w",
-			s.name, holder, errdefs.ErrConflict)
+	if ok {
+		return held{conn: conn, backend: backend}, lockHolder{}, nil
 	}
-	return conn, nil
+	conn.Close()
+	var holder lockHolder
+	// An advisory lock on a bigint key shows as classid (high half) and
+	// objid (low half).
+	key := daemonLockKey
+	s.db.QueryRowContext(ctx, `SELECT l.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 AND l.objsubid = 1
+		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1`,
+		key>>32, key&0xffffffff).Scan(&holder.backend, &holder.app)
+	name := holder.app
+	if name == "" {
+		name = "unknown"
+	}
+	return held{}, holder, fmt.Errorf("database %s is used by another agentbox daemon (%s): stop it, or give this one another store: %w",
+		s.name, name, errdefs.ErrConflict)
 }

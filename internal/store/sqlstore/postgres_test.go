@@ -4,8 +4,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -244,4 +247,53 @@ func TestPostgresBadText(t *testing.T) {
 			t.Errorf("a URL with %q: %v, want invalid", bad, err)
 		}
 	}
+}
+
+// TestHoldExclusiveAfterCrash checks that a daemon started right after
+// one of this machine died waits for the server to end the dead one's
+// session, while a live holder is refused at once.
+func TestHoldExclusiveAfterCrash(t *testing.T) {
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	s, err := sqlstore.OpenPostgres(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	// holdAs takes the daemon lock the way a daemon with that pid would,
+	// in a session of its own; end ends the session.
+	holdAs := func(pid int) (end func()) {
+		db, err := sql.Open("pgx", url+"&application_name="+strings.ReplaceAll(neturl.QueryEscape(fmt.Sprintf("agentbox pid %d on %s", pid, host)), "+", "%20"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { db.Close() })
+		if _, err := db.ExecContext(ctx, `SELECT pg_advisory_lock(`+strconv.FormatInt(sqlstore.DaemonLockKey, 10)+`)`); err != nil {
+			t.Fatal(err)
+		}
+		return func() { db.Close() }
+	}
+	endLive := holdAs(os.Getppid())
+	start := time.Now()
+	if _, err := s.HoldExclusive(ctx, nil); !errors.Is(err, errdefs.ErrConflict) || time.Since(start) > 2*time.Second {
+		t.Fatalf("a live holder: %v after %s, want a conflict at once", err, time.Since(start))
+	}
+	endLive()
+
+	endDead := holdAs(dead.Process.Pid)
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the server noticing the death, late
+		endDead()
+	}()
+	release, err := s.HoldExclusive(ctx, nil)
+	if err != nil {
+		t.Fatalf("after a dead daemon's session ended: %v", err)
+	}
+	release()
 }
