@@ -246,6 +246,18 @@ func (s *Store) lockDaemon(ctx context.Context) (held, lockHolder, error) {
 		return held{}, lockHolder{}, fmt.Errorf("locking database %s: %w", s.name, err)
 	}
 	if ok {
+		// Over TCP, the server ends the session of a machine that died
+		// without a word within about 30 s, rather than the hours of the
+		// system's keepalive defaults: the lock must die with its holder.
+		// (No effect on a unix socket, where death is seen at once.)
+		for _, set := range []string{`SET tcp_keepalives_idle = 10`, `SET tcp_keepalives_interval = 5`,
+			`SET tcp_keepalives_count = 3`, `SET tcp_user_timeout = 30000`} {
+			if _, err := conn.ExecContext(ctx, set); err != nil {
+				conn.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, daemonLockKey)
+				conn.Close()
+				return held{}, lockHolder{}, fmt.Errorf("locking database %s: %s: %w", s.name, set, err)
+			}
+		}
 		return held{conn: conn, backend: backend}, lockHolder{}, nil
 	}
 	conn.Close()
