@@ -69,7 +69,9 @@ type Journal interface {
 // MemJournal is a Journal in memory.
 type MemJournal struct{ Records []Record }
 
-func (j *MemJournal) Load(context.Context) ([]Record, error) { return append([]Record(nil), j.Records...), nil }
+func (j *MemJournal) Load(context.Context) ([]Record, error) {
+	return append([]Record(nil), j.Records...), nil
+}
 func (j *MemJournal) Append(_ context.Context, r Record) error {
 	j.Records = append(j.Records, r)
 	return nil
