@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Usage", func(t *testing.T) { testUsage(t, open(t, newStore)) })
 	t.Run("Candidates", func(t *testing.T) { testCandidates(t, open(t, newStore)) })
 	t.Run("Forges", func(t *testing.T) { testForges(t, open(t, newStore)) })
+	t.Run("Solve", func(t *testing.T) { testSolve(t, open(t, newStore)) })
 	t.Run("ConcurrentWriters", func(t *testing.T) { testConcurrent(t, open(t, newStore)) })
 }
 
