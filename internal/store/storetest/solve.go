@@ -17,8 +17,8 @@ func testSolve(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	n := now()
 	r1 := store.SolveRun{ID: "solve_1", State: apitypes.SolveRunning,
-		Request:  apitypes.SolveRequest{Repo: "https://example.com/r.git", Task: "fix it", Test: "pytest -q", Attempts: 2, Model: "scripted", Budget: apitypes.SolveBudget{Steps: 9}},
-		Attempts: []apitypes.SolveAttempt{{N: 1, Workspace: "ws_1", Failures: map[string]int{"assertion": 1}}},
+		Request:   apitypes.SolveRequest{Repo: "https://example.com/r.git", Task: "fix it", Test: "pytest -q", Attempts: 2, Model: "scripted", Budget: apitypes.SolveBudget{Steps: 9}},
+		Attempts:  []apitypes.SolveAttempt{{N: 1, Workspace: "ws_1", Failures: map[string]int{"assertion": 1}}},
 		CreatedAt: n, UpdatedAt: n}
 	r2 := r1
 	r2.ID, r2.State, r2.CreatedAt = "solve_2", apitypes.SolveDone, n.Add(time.Second)
