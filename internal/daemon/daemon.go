@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/solve"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/telemetry"
@@ -152,7 +153,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	// the manager, behind the API's authentication.
 	mcpServer := mcpserver.New(mcpserver.ManagerBackend(m), mcpserver.Options{Version: api.Version, Logger: log.With("component", "mcp")})
 	mcpHTTP := mcpServer.HTTPHandler()
-	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP})
+	// The agent loop runs here, not in the CLI: a run outlives its
+	// client, and resumes from its last recorded step at the next start.
+	solver := solve.NewRunner(m, solve.Options{Providers: solveProviders(m), Observe: metrics.ObserveSolveFailure, Logger: log.With("component", "solve")})
+	defer solver.Close()
+	if err := solver.Resume(ctx); err != nil {
+		log.Warn("resuming solve runs", "err", err)
+	}
+	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP, Solver: solver})
 	// Requests do not end with ctx (SIGTERM) but with reqCtx, at the end
 	// of the grace period; see shutdown. MCP tool calls run in their
 	// sessions, not in a request: they end then too.
