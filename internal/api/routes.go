@@ -134,7 +134,7 @@ var routes = []route{
 		Replies: ok(apitypes.Candidate{})}},
 	{"POST", "/v1/solve", (*Server).startSolve, Op{ID: "startSolve", Tag: "solve",
 		Summary: "Start the agent loop on a repository and a task: plan, edit through the file tools, run the test in a sandbox, diagnose, retry, in K forks side by side, until the tests pass or a budget or the circuit breaker stops it; each attempt ends as a candidate from the review gate, never merged or pushed. The daemon runs it: it outlives the client and resumes after a restart",
-		Body: jsonBody(apitypes.SolveRequest{}), Replies: []Reply{jsonReply(201, "the run, started", apitypes.SolveRun{})}}},
+		Body:    jsonBody(apitypes.SolveRequest{}), Replies: []Reply{jsonReply(201, "the run, started", apitypes.SolveRun{})}}},
 	{"GET", "/v1/solve", (*Server).listSolve, Op{ID: "listSolve", Tag: "solve", Summary: "The runs of the agent loop, newest first",
 		Replies: ok(apitypes.SolveRunList{})}},
 	{"GET", "/v1/solve/{id}", (*Server).getSolve, Op{ID: "getSolve", Tag: "solve", Summary: "A run: its state, attempts (stop reason, usage, failure categories, candidate) and best candidate",
