@@ -87,7 +87,10 @@ func (e WorkspaceEnv) Edit(ctx context.Context, ed Edit) error {
 const execOutput = 256 << 10
 
 func (e WorkspaceEnv) Exec(ctx context.Context, cmd string, timeout time.Duration) (apitypes.ExecOutput, error) {
-	req := apitypes.ExecRequest{Sh: cmd, MaxOutputBytes: execOutput}
+	// No bytecode cache: Python checks a cached module by its source's
+	// mtime in seconds and its size, and an edit of the same size within
+	// the second (a - b to a + b) would run the stale code.
+	req := apitypes.ExecRequest{Sh: cmd, MaxOutputBytes: execOutput, Env: []string{"PYTHONDONTWRITEBYTECODE=1"}}
 	if timeout > 0 {
 		req.Timeout = timeout.String()
 	}
