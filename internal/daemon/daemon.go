@@ -155,7 +155,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	mcpHTTP := mcpServer.HTTPHandler()
 	// The agent loop runs here, not in the CLI: a run outlives its
 	// client, and resumes from its last recorded step at the next start.
-	solver := solve.NewRunner(m, solve.Options{Providers: solveProviders(m), Observe: metrics.ObserveSolveFailure, Logger: log.With("component", "solve")})
+	solver := solve.NewRunner(m, solve.Options{Providers: solveProviders(box), Observe: metrics.ObserveSolveFailure, Logger: log.With("component", "solve")})
 	defer solver.Close()
 	if err := solver.Resume(ctx); err != nil {
 		log.Warn("resuming solve runs", "err", err)

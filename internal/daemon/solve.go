@@ -1,12 +1,14 @@
 package daemon
 
 import (
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/solve"
+	"github.com/agentbox/agentbox/internal/solve/llm"
 )
 
-// solveProviders opens the model providers of the agent loop; nil while
-// only the scripted model is built in.
-func solveProviders(m *manager.Manager) solve.ProviderFunc {
-	return nil
+// solveProviders opens the agent loop's model providers, their keys read
+// from the daemon's secret store (or its own environment): a sandbox
+// never holds them.
+func solveProviders(box *secrets.Box) solve.ProviderFunc {
+	return llm.Open(box)
 }
