@@ -101,7 +101,9 @@ func TestOpenAIToolCallRetryAndUsage(t *testing.T) {
 }
 
 func TestOpenAIGivesUpAfterRetries(t *testing.T) {
-	rc := &recorder{reply: func(int, string) (int, string) { return 503, `{"error":{"message":"overloaded","type":"server_error"}}` }}
+	rc := &recorder{reply: func(int, string) (int, string) {
+		return 503, `{"error":{"message":"overloaded","type":"server_error"}}`
+	}}
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
 	p := NewOpenAI(Options{APIKey: "k", BaseURL: srv.URL + "/v1", MaxRetries: 2})
@@ -110,7 +112,9 @@ func TestOpenAIGivesUpAfterRetries(t *testing.T) {
 		t.Errorf("err %v after %d requests", err, len(rc.bodies))
 	}
 	// A 400 is not retried.
-	rc400 := &recorder{reply: func(int, string) (int, string) { return 400, `{"error":{"message":"bad","type":"invalid_request_error"}}` }}
+	rc400 := &recorder{reply: func(int, string) (int, string) {
+		return 400, `{"error":{"message":"bad","type":"invalid_request_error"}}`
+	}}
 	srv400 := httptest.NewServer(rc400)
 	defer srv400.Close()
 	_, err = NewOpenAI(Options{APIKey: "k", BaseURL: srv400.URL + "/v1"}).Complete(t.Context(), solve.Request{Model: "m"})
@@ -238,7 +242,7 @@ func TestLoopOverProvidersKeepsSecretsOut(t *testing.T) {
 			}
 			env := &fileEnv{text: "def add(a, b):\n    return a - b\n", stderr: "debug: key=" + secret + " aws=" + token + "\n"}
 			cfg := solve.Config{Task: "fix add", Test: "pytest -q", Providers: map[solve.Role]solve.Provider{solve.Planner: p, solve.Coder: p, solve.Debugger: p},
-				Models: map[solve.Role]string{solve.Planner: "small", solve.Coder: "large", solve.Debugger: "large"},
+				Models:   map[solve.Role]string{solve.Planner: "small", solve.Coder: "large", solve.Debugger: "large"},
 				Redactor: solve.Redactor{Secrets: []string{secret}}}
 			stop, err := solve.Run(t.Context(), cfg, env, &solve.MemJournal{})
 			if err != nil || !stop.Passed() || stop.Iterations != 2 {
