@@ -239,3 +239,46 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestSolveCancel cancels a run during its first test run: the loop stops
+// with "canceled", no candidate is made, and a second cancel is refused.
+func TestSolveCancel(t *testing.T) {
+	requireDebianImage(t)
+	data := t.TempDir()
+	src := seededCalcRepo(t, true)
+	script, _ := filepath.Abs("../../examples/solve/calc-script.yaml")
+	d := startDaemon(t, data)
+	defer d.stop(t)
+	cleanupAll(t, data)
+	id := oneJSON(t, mustCLI(t, data, "--json", "solve", "--detach", "--repo", src.Dir, "--task", "fix add",
+		"--test", "python3 -m pytest -q", "--model", "scripted:"+script))["id"].(string)
+	deadline := time.Now().Add(2 * time.Minute)
+	for countKind(oneJSON(t, mustCLI(t, data, "--json", "solve", "logs", id))["steps"].([]any), "applied") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the run never applied its first patch")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := oneJSON(t, mustCLI(t, data, "--json", "solve", "cancel", id)); got["state"] != "canceled" {
+		t.Fatalf("cancel: %v", got)
+	}
+	var last map[string]any
+	for {
+		steps := oneJSON(t, mustCLI(t, data, "--json", "solve", "logs", id))["steps"].([]any)
+		last = steps[len(steps)-1].(map[string]any)
+		if last["kind"] == "stop" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if msg := last["doc"].(map[string]any)["message"].(map[string]any); last["kind"] != "stop" || msg["reason"] != "canceled" {
+		t.Errorf("the last step: %v", last)
+	}
+	run := oneJSON(t, mustCLI(t, data, "--json", "solve", "status", id))
+	if run["state"] != "canceled" || run["best"] != nil {
+		t.Errorf("run after cancel: %v", run)
+	}
+	if _, errOut, code := runCLI(t, data, "", "solve", "cancel", id); code == 0 || !strings.Contains(errOut, "is canceled, not running") {
+		t.Errorf("second cancel: exit %d %s", code, errOut)
+	}
+}
