@@ -282,7 +282,10 @@
         if (!r.budget_bytes) b.append(el("p", {}, `${bytes(r.usage_bytes)} used; no budget set`));
         else b.append(el("div", { class: "stat" }, Math.round((100 * r.usage_bytes) / r.budget_bytes) + "%"), meter(r.usage_bytes / r.budget_bytes),
           el("p", {}, `${bytes(r.usage_bytes)} of ${bytes(r.budget_bytes)} (${r.method || ""})`));
-      } catch (e) { body("disk").append(errorBox(e)); }
+      } catch (e) {
+        if (e.status === 400) body("disk").append(el("p", { class: "muted" }, "no data budget configured (data_budget)"));
+        else body("disk").append(errorBox(e));
+      }
     }
     await Promise.all([loadState(), loadDisk()]);
     drawEvents();
