@@ -61,6 +61,14 @@
     if (!ev.detail) return {};
     try { const d = JSON.parse(ev.detail); return d && typeof d === "object" ? d : {}; } catch (_) { return {}; }
   }
+  // detailText shows an event's detail as key: value pairs (JSON that
+  // Go wrote escapes <, > and & as \u003c...; this shows the characters).
+  function detailText(ev) {
+    const d = detailOf(ev);
+    const keys = Object.keys(d);
+    if (!keys.length) return ev.detail || "";
+    return keys.map((k) => k + ": " + (typeof d[k] === "string" ? d[k] : JSON.stringify(d[k]))).join("  ");
+  }
   function link(hash, text) { return el("a", { href: hash }, text); }
   function wsLink(id) { return link("#/ws/" + encodeURIComponent(id), id); }
 
@@ -628,7 +636,7 @@
     };
     const row = (ev) => el("tr", { "data-type": ev.type }, el("td", { class: "num" }, ev.id), el("td", {}, when(ev.time)), el("td", { class: "mono" }, ev.type),
       el("td", {}, ev.actor), el("td", { class: "mono" }, [ev.repo_id, ev.workspace_id, ev.sandbox_id].filter(Boolean).join(" ")),
-      el("td", { class: "mono" }, ev.detail || ""));
+      el("td", { class: "mono" }, detailText(ev)));
     const addType = (t) => { if (!seenTypes.has(t) && seenTypes.size < 200) { seenTypes.add(t); types.append(el("option", { value: t })); } };
     function redraw() {
       clear(tbody);
