@@ -98,7 +98,8 @@ func (b *browser) do(t *testing.T, what string, actions ...chromedp.Action[chrom
 	defer cancel()
 	if err := chromedp.Do(ctx, actions...); err != nil {
 		b.shot(t, "failed-"+strings.ReplaceAll(what, " ", "-"))
-		t.Fatalf("%s: %v", what, err)
+		dialogs, policies := b.seen()
+		t.Fatalf("%s: %v (dialogs %q, exceptions and policy violations %q)", what, err, dialogs, policies)
 	}
 }
 
@@ -242,7 +243,10 @@ func TestDashboardBrowser(t *testing.T) {
 	b.waitFor(t, "viewer", `document.getElementById('viewer')?.textContent.includes('file-body-marker')`)
 	b.waitFor(t, "diff check", `document.querySelector('.findings-box') !== null`)
 	b.shot(t, "workspace")
-	b.noInjection(t, "workspace", hostileFile, hostileBranch, "dir<b>bold</b>/", hostileOutput)
+	b.noInjection(t, "workspace", hostileFile, hostileBranch, "dir<b>bold</b>/", "dir<b>bold</", hostileOutput)
+	if eval[bool](t, b, `document.getElementById('files').textContent.includes('null')`) {
+		t.Error("the file tree shows a stray null")
+	}
 
 	// Review: a ready candidate, approved with a reason.
 	cand, err := d.CL.Review(ctx, ws.ID, client.ReviewRequest{Test: "true"})

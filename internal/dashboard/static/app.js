@@ -516,13 +516,12 @@
       for (const e of entries) {
         const depth = (e.path.match(/\//g) || []).length;
         const label = e.type === "dir" ? e.name + "/" : e.name;
-        const li = el("li", {});
-        li.append(el("span", { class: "muted" }, "  ".repeat(depth)));
+        const li = el("li", {}, el("span", { class: "muted" }, "\u00a0\u00a0".repeat(depth)));
         if (e.type === "file") {
           const b = el("button", { type: "button", "data-path": e.path }, label);
           b.addEventListener("click", () => view(e.path));
           li.append(b);
-        } else li.append(el("span", { class: "mono" }, label), e.link_target ? el("span", { class: "muted" }, " → ", e.link_target) : null);
+        } else append(li, [el("span", { class: "mono" }, label), e.link_target ? el("span", { class: "muted" }, " → ", e.link_target) : null]);
         ul.append(li);
       }
       filesBox.append(ul);
@@ -646,8 +645,8 @@
       count.textContent = `${shown.length} shown of the last ${bus.events.length}`;
     }
     redraw();
-    const re = debounce(redraw, 150);
-    for (const i of [type, object, actor]) i.addEventListener("input", re);
+    // Filtering redraws at once: at most MAX_EVENTS rows are looked at.
+    for (const i of [type, object, actor]) i.addEventListener("input", redraw);
     const off = bus.on((ev) => {
       addType(ev.type);
       if (!match(ev)) return;
@@ -655,7 +654,7 @@
       while (tbody.childNodes.length > MAX_EVENT_ROWS) tbody.removeChild(tbody.lastChild);
       count.textContent = `${tbody.childNodes.length} shown, live`;
     });
-    return () => { off(); re.cancel(); };
+    return () => { off(); };
   }
 
   async function usage(root) {
@@ -667,8 +666,8 @@
       try {
         const u = await api("/v1/usage");
         const ts = u.tasks || [];
-        clear(chart).append(el("h2", {}, "CPU seconds per task"),
-          barChart(ts.slice(0, 30).map((t) => ({ label: t.task || "(none)", value: Math.round(t.cpu_seconds * 10) / 10 })), { labels: true, label: "CPU per task" }));
+        clear(chart).append(el("h2", {}, "CPU per task (ms)"),
+          barChart(ts.slice(0, 30).map((t) => ({ label: t.task || "(none)", value: Math.round(t.cpu_seconds * 1000) })), { labels: true, label: "CPU milliseconds per task" }));
         const t = el("table", { id: "usage-table" }, el("tr", {}, ["task", "workspaces", "execs", "CPU", "peak memory", "wall", "output", "egress up", "egress down"]
           .map((h, i) => el("th", { class: i ? "num" : "" }, h))));
         for (const x of ts) {
