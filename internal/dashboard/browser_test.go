@@ -311,7 +311,16 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("the first Tab focuses %q, want the skip link", got)
 	}
 	b.do(t, "keyboard", chromedp.KeyEvent("\t"), chromedp.KeyEvent("\t"), chromedp.KeyEvent("\r"))
-	b.waitFor(t, "tasks by keyboard", `location.hash === '#/tasks'`)
+	b.waitFor(t, "tasks by keyboard", `location.hash === '#/tasks' && document.querySelector('[data-page=tasks][data-ready]') !== null`)
+	if got := eval[string](t, b, `document.activeElement.id`); got != "main" {
+		t.Errorf("after a page change by keyboard the focus is on %q, want the page (main)", got)
+	}
+
+	// The overview again, after all that.
+	b.goTo(t, "#/overview", "overview")
+	b.waitFor(t, "execs counted", `!/^0\.0/.test(document.querySelector('#card-execs .stat')?.textContent || '0.0')`)
+	b.shot(t, "overview-after")
+	b.noInjection(t, "overview after")
 
 	// A narrow window: nothing wider than the screen.
 	b.do(t, "narrow", chromedp.EmulateViewport(420, 800))

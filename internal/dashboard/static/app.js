@@ -162,7 +162,15 @@
       src.addEventListener("error", () => {
         live.textContent = "reconnecting"; live.classList.remove("on");
         src.close();
-        if (this.source === src) this.retry = setTimeout(() => this.start(), 3000);
+        if (this.source !== src) return;
+        // A stream that ended because the session did is not retried.
+        this.retry = setTimeout(async () => {
+          try {
+            const info = await (await fetch("/ui/session", { credentials: "same-origin" })).json();
+            if (!info.authenticated) { showLogin(); return; }
+          } catch (_) { /* the daemon is away: try again */ }
+          this.start();
+        }, 3000);
       });
     },
     stop() {
@@ -185,7 +193,7 @@
     const w = 320, h = 90, pad = 14;
     const max = Math.max(1, ...points.map((p) => p.value));
     const s = svg("svg", { class: "chart", viewBox: `0 0 ${w} ${h + pad}`, role: "img", "aria-label": opts.label || "chart" });
-    const bw = points.length ? (w - 4) / points.length : w;
+    const bw = points.length ? Math.min(opts.labels ? 76 : 40, (w - 4) / points.length) : w;
     points.forEach((p, i) => {
       const bh = Math.round((p.value / max) * (h - 12));
       const r = svg("rect", { class: "bar" + (p.bad ? " bad" : ""), x: 2 + i * bw, y: h - bh, width: Math.max(1, bw - 2), height: bh });
@@ -224,13 +232,16 @@
   // Each page renders into root and returns its cleanup (streams to
   // abort, listeners to drop), run when the page is left.
 
+  // history samples the running sandboxes each time the overview
+  // reloads (on events), across visits of the page; bounded.
+  const history = [];
   async function overview(root) {
     root.append(el("h1", {}, "Overview"));
     const grid = el("div", { class: "grid" });
     root.append(grid);
     const cards = {};
     for (const [k, title] of [["sandboxes", "Sandboxes by state"], ["backends", "Backends"], ["execs", "Execs per minute (last 30 min)"],
-      ["failures", "Failures by kind"], ["pool", "Warm pool"], ["disk", "Disk budget"]]) {
+      ["failures", "Failures by kind"], ["pool", "Warm pool"], ["disk", "Disk budget"], ["history", "Running sandboxes over time"]]) {
       cards[k] = el("section", { class: "card", id: "card-" + k, "aria-label": title }, el("h2", {}, title), el("div", { class: "body" }, "loading…"));
       grid.append(cards[k]);
     }
@@ -251,7 +262,11 @@
           el("p", {}, states.map((s) => `${s.label} ${s.value}`).join(" · ")));
         let metrics = [];
         try { metrics = parseMetrics(await apiText("/metrics")); } catch (_) { /* no metrics served */ }
-        for (const m of metrics) if (m.name === "agentbox_sandboxes" && m.labels.backend) byBackend[m.labels.backend] = byBackend[m.labels.backend] || { running: 0, total: 0 };
+        for (const m of metrics) if (m.labels.backend && !byBackend[m.labels.backend]) byBackend[m.labels.backend] = { running: 0, total: 0 };
+        history.push({ label: new Date().toLocaleTimeString(), value: byState.running || 0 });
+        if (history.length > 60) history.splice(0, history.length - 60);
+        body("history").append(barChart(history, { label: "running sandboxes over time" }),
+          el("p", { class: "muted" }, `${history.length} samples, one per change`));
         const bt = el("table", {}, el("tr", {}, el("th", {}, "backend"), el("th", { class: "num" }, "running"), el("th", { class: "num" }, "sandboxes")));
         for (const [b, n] of Object.entries(byBackend)) bt.append(el("tr", {}, el("td", {}, b), el("td", { class: "num" }, n.running), el("td", { class: "num" }, n.total)));
         body("backends").append(bt);
@@ -685,7 +700,7 @@
   }
 
   // ---- router and login -------------------------------------------------
-  let cleanup = null, generation = 0;
+  let cleanup = null, generation = 0, navigated = false;
   async function route() {
     const gen = ++generation;
     if (cleanup) { try { cleanup(); } catch (e) { console.warn(e); } cleanup = null; }
@@ -706,6 +721,8 @@
     if (gen !== generation) { if (c) c(); return; }
     cleanup = c || null;
     root.setAttribute("data-ready", "true");
+    if (navigated && !main.contains(document.activeElement)) main.focus({ preventScroll: true });
+    navigated = false;
   }
 
   function showLogin() {
@@ -739,7 +756,7 @@
     bus.lastID = 0; bus.events = [];
     showLogin();
   });
-  window.addEventListener("hashchange", route);
+  window.addEventListener("hashchange", () => { navigated = true; route(); });
   fetch("/ui/session", { credentials: "same-origin" }).then((r) => r.json()).then((info) => {
     if (info.authenticated) start(info); else showLogin();
   });
