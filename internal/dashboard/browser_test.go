@@ -291,6 +291,22 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	b.noInjection(t, "events", hostileArg)
 
+	// A page left open stays bounded: 700 more events, and the table
+	// holds its last 500 rows.
+	b.do(t, "clear filters", chromedp.Evaluate[chromedp.Void](`for (const id of ['f-type','f-object','f-actor']) { const e = document.getElementById(id); e.value = ''; e.dispatchEvent(new Event('input')); }`))
+	for i := range 700 {
+		if _, err := d.CL.WriteFile(ctx, ws.ID, "bulk.txt", strings.NewReader(fmt.Sprint(i)), 0o644, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.CL.WriteFile(ctx, ws.ID, "bulk-end.txt", strings.NewReader("end"), 0o644, false); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the last bulk event", `document.querySelector('#event-rows tr')?.textContent.includes('bulk-end.txt')`)
+	if n := eval[int](t, b, `document.querySelectorAll('#event-rows tr').length`); n != 500 {
+		t.Errorf("the events table holds %d rows after 700 more events, want 500", n)
+	}
+
 	// Usage: the task's row and chart.
 	b.goTo(t, "#/usage", "usage")
 	b.waitFor(t, "usage table", `document.getElementById('usage-table')?.textContent.includes(`+js(hostileTask)+`)`)

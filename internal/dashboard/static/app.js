@@ -572,7 +572,7 @@
   function candidateCard(c, reload) {
     const box = el("article", { class: "cand", "data-candidate": c.id, "aria-label": "candidate " + c.id });
     box.append(el("h3", {}, el("span", { class: "mono" }, c.id), " ", badge(c.disposition), " on ", el("span", { class: "mono" }, c.branch)));
-    const rows = [["workspace", wsLink(c.workspace_id)], ["task", c.task || "(none)"], ["commit", el("span", { class: "mono" }, short(c.commit))]];
+    const rows = [["workspace", el("span", {}, wsLink(c.workspace_id), " (", link("#/ws/" + encodeURIComponent(c.workspace_id), "files and diff"), ")")], ["task", c.task || "(none)"], ["commit", el("span", { class: "mono" }, short(c.commit))]];
     if (c.decision) rows.push(["decision", `${c.decision.disposition} by ${c.decision.actor}: ${c.decision.reason}`]);
     if (c.push) rows.push(["pushed", el("span", { class: "mono" }, `${c.push.branch} → ${c.push.remote}`)]);
     if (c.pr) {
