@@ -27,7 +27,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"strings"
 	"sync"
@@ -134,10 +136,32 @@ func New(opts Options) *Handler {
 // ServeHTTP serves / and /ui/..., and hands every other path to the API.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/ui/") {
+		if h.token == "" && !loopbackHost(r.Host) {
+			// Without a login the only guard is who can reach the
+			// listener: a page of another site whose name was rebound
+			// to a local forward of the socket must not read through it.
+			pageHeaders(w)
+			writeErr(w, http.StatusForbidden, "forbidden", "without a token the dashboard answers only on a loopback host name (localhost, 127.0.0.1, [::1])")
+			return
+		}
 		h.mux.ServeHTTP(w, r)
 		return
 	}
 	h.api.ServeHTTP(w, r)
+}
+
+// loopbackHost reports whether a Host header names this machine's
+// loopback: localhost, a name under .localhost, or a loopback address.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // pageHeaders are the headers of everything the dashboard itself serves.
