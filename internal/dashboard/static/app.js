@@ -179,11 +179,13 @@
       clearTimeout(this.retry);
     },
   };
-  // debounce runs fn at most once per ms, after the last call.
+  // debounce runs fn ms after a call, once for all the calls meanwhile:
+  // at most once per ms however fast events come, and never starved by a
+  // steady stream of them.
   function debounce(fn, ms) {
     let t = null;
-    const d = () => { clearTimeout(t); t = setTimeout(fn, ms); };
-    d.cancel = () => clearTimeout(t);
+    const d = () => { if (t === null) t = setTimeout(() => { t = null; fn(); }, ms); };
+    d.cancel = () => { clearTimeout(t); t = null; };
     return d;
   }
 
