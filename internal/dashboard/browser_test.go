@@ -317,6 +317,8 @@ func TestDashboardBrowser(t *testing.T) {
 	b.goTo(t, "#/tasks", "tasks")
 	b.do(t, "choose the workspace", chromedp.Click(chromedp.CSS(`button[data-ws="`+ws.ID+`"]`)))
 	b.waitFor(t, "last commands", `document.querySelectorAll('table.commands tr').length > 2`)
+	// An ordinary exec's command line, from its exec.finished event.
+	b.waitFor(t, "an exec's command line", `document.querySelector('table.commands').textContent.includes('touch /tmp/go-on')`)
 	b.noInjection(t, "tasks again", hostileTask, hostileArg)
 
 	// Keyboard: Tab from the top reaches the skip link, then the pages.

@@ -328,7 +328,10 @@
       if (ev.workspace_id !== wsID) continue;
       const d = detailOf(ev);
       if (ev.type === "process.started" && Array.isArray(d.argv)) argv[d.exec_id] = d.argv;
-      if (ev.type === "exec.finished") rows.push({ ev, d });
+      if (ev.type === "exec.finished") {
+        if (Array.isArray(d.argv)) argv[d.exec_id] = d.argv;
+        rows.push({ ev, d });
+      }
     }
     const t = el("table", { class: "commands" }, el("tr", {}, el("th", {}, "exec"), el("th", {}, "command"), el("th", { class: "num" }, "exit"),
       el("th", { class: "num" }, "wall"), el("th", { class: "num" }, "CPU"), el("th", { class: "num" }, "memory"), el("th", {}, "at")));
