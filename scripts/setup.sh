@@ -12,7 +12,8 @@
 #   GO                    the go command that builds runsc (default: go on PATH or /usr/local/go/bin)
 set -euo pipefail
 
-readonly PACKAGES=(git docker.io runsc bubblewrap busybox-static debootstrap iproute2 ca-certificates jq gcc libc6-dev util-linux)
+# chromium and a font: the dashboard's browser tests (internal/dashboard) drive Debian's chromium headless.
+readonly PACKAGES=(git docker.io runsc bubblewrap busybox-static debootstrap iproute2 ca-certificates jq gcc libc6-dev util-linux chromium fonts-dejavu-core)
 readonly DAEMON_JSON=/etc/docker/daemon.json
 readonly DOCKER_SOCK=/var/run/docker.sock
 readonly DOCKER_WAIT=${AGENTBOX_DOCKER_WAIT:-60}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/dashboard"
 	"github.com/agentbox/agentbox/internal/e2b"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/egress/mitm"
@@ -161,6 +162,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		log.Warn("resuming solve runs", "err", err)
 	}
 	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP, Solver: solver})
+	// The web dashboard at / and /ui/, in front of the API: it logs in
+	// with the same token and calls /v1 through it.
+	web := dashboard.New(dashboard.Options{Token: cfg.Token, API: apiServer, Logger: log.With("component", "dashboard")})
 	// Requests do not end with ctx (SIGTERM) but with reqCtx, at the end
 	// of the grace period; see shutdown. MCP tool calls run in their
 	// sessions, not in a request: they end then too.
@@ -172,7 +176,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	defer cancelRequests()
 	reqs := newInflight()
 	srv := &http.Server{
-		Handler:           reqs.wrap(apiServer),
+		Handler:           reqs.wrap(web),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
