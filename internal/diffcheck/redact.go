@@ -21,7 +21,7 @@ func RedactText(text string, known []string) (string, int) {
 		}
 		// Overlapping matches (a known value that is also a token)
 		// merge into one redaction.
-		slices.SortFunc(ms, func(a, b match) int { return a.start - b.start })
+		slices.SortStableFunc(ms, func(a, b match) int { return a.start - b.start }) // a detector's kind before a known value's
 		at := 0
 		for _, m := range ms {
 			if m.end <= at {
