@@ -282,3 +282,29 @@ func TestSolveCancel(t *testing.T) {
 		t.Errorf("second cancel: exit %d %s", code, errOut)
 	}
 }
+
+// TestSolveBudgetStops: a step limit ends the loop before the fix, the
+// stop says so, and the review gate blocks the attempt (its tests fail in
+// a fresh sandbox whatever the loop said).
+func TestSolveBudgetStops(t *testing.T) {
+	requireDebianImage(t)
+	data := t.TempDir()
+	src := seededCalcRepo(t, false)
+	script, _ := filepath.Abs("../../examples/solve/calc-script.yaml")
+	d := startDaemon(t, data)
+	defer d.stop(t)
+	cleanupAll(t, data)
+	var rep solveReport
+	out := mustCLI(t, data, "--json", "solve", "--repo", src.Dir, "--task", "fix add", "--test", "python3 -m pytest -q",
+		"--model", "scripted:"+script, "--max-steps", "4")
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	a := rep.Run.Attempts[0]
+	if rep.Run.State != "done" || a.Stop != "step limit: 4 steps" || a.Disposition != "blocked" || a.Iterations != 1 || a.Usage.Steps != 4 {
+		t.Errorf("attempt: %+v", a)
+	}
+	if _, errOut, code := runCLI(t, data, "", "solve", "--repo", src.Dir, "--task", "x", "--test", "true", "--model", "scripted:"+script, "--max-wall", "soon"); code == 0 || !strings.Contains(errOut, `wall budget "soon" is not a positive duration`) {
+		t.Errorf("a bad budget: exit %d %s", code, errOut)
+	}
+}

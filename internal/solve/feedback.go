@@ -81,7 +81,7 @@ var categoryPatterns = []struct {
 	cat string
 	re  *regexp.Regexp
 }{
-	{CatEgress, regexp.MustCompile(`(?i)egress (?:denied|refused)|denied by (?:the )?(?:egress )?policy|Could not resolve host|Temporary failure in name resolution|Name or service not known|Network is unreachable|403 Forbidden`)},
+	{CatEgress, regexp.MustCompile(`(?i)egress (?:denied|refused)|denied by (?:the )?(?:egress )?policy|Could not resolve host|Temporary failure in name resolution|Name or service not known|Network is unreachable|403 Forbidden|CONNECT tunnel failed|Tunnel connection failed|ProxyError|not in allowlist`)},
 	{CatSyntax, regexp.MustCompile(`SyntaxError|IndentationError|TabError|syntax error|expected '[^']+', found`)},
 	{CatImport, regexp.MustCompile(`ModuleNotFoundError|ImportError|No module named|cannot find package|no required module provides|package \S+ is not in std|Cannot find module`)},
 	{CatCompile, regexp.MustCompile(`(?m)undefined: |cannot use |declared and not used|\[build failed\]|compilation terminated|error: .* (?:expected|undeclared)|^\S+\.go:\d+:\d+: `)},

@@ -374,6 +374,8 @@ func TestCategorise(t *testing.T) {
 		{apitypes.ExecOutput{ExitCode: 137, TimedOut: true}, CatTimeout},
 		{apitypes.ExecOutput{ExitCode: 137, Signal: 9, OOM: true}, CatOOM},
 		{apitypes.ExecOutput{ExitCode: 6, Stderr: "curl: (6) Could not resolve host: pypi.org"}, CatEgress},
+		{apitypes.ExecOutput{ExitCode: 56, Stderr: "curl: (56) CONNECT tunnel failed, response 403"}, CatEgress},
+		{apitypes.ExecOutput{ExitCode: 1, Stderr: "pip._vendor.urllib3.exceptions.ProxyError: ('Unable to connect to proxy', OSError('Tunnel connection failed: 403 Forbidden'))"}, CatEgress},
 		{apitypes.ExecOutput{ExitCode: 2, Stderr: "something else"}, CatOther},
 		{apitypes.ExecOutput{}, ""},
 	} {
