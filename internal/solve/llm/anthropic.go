@@ -54,7 +54,24 @@ func (p *Anthropic) Complete(ctx context.Context, req solve.Request) (solve.Resp
 			Name: t.Name, Description: anthropic.String(t.Description),
 			InputSchema: anthropic.ToolInputSchemaParam{Properties: schema.Properties, Required: schema.Required}}})
 	}
-	resp, err := client.Messages.New(ctx, params)
+	var resp *anthropic.Message
+	var err error
+	if p.opts.Stream {
+		stream := client.Messages.NewStreaming(ctx, params)
+		var msg anthropic.Message
+		for stream.Next() {
+			if err = msg.Accumulate(stream.Current()); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = stream.Err()
+		}
+		stream.Close()
+		resp = &msg
+	} else {
+		resp, err = client.Messages.New(ctx, params)
+	}
 	usage := solve.Usage{Calls: int(n.Load())}
 	if err != nil {
 		return solve.Response{Usage: usage}, fmt.Errorf("anthropic %s: %w", req.Model, err)

@@ -35,6 +35,9 @@ type Options struct {
 	Timeout time.Duration
 	// Prices, if set, override the built-in prices, by model.
 	Prices map[string]Price
+	// Stream asks for the reply as server-sent events, assembled here:
+	// a long reply then never waits on one idle response.
+	Stream bool
 }
 
 func (o Options) withDefaults() Options {
@@ -137,13 +140,13 @@ func Open(box Secrets) solve.ProviderFunc {
 			if key == "" && base == "" {
 				return nil, fmt.Errorf("no OPENAI_API_KEY in the secret store or the daemon's environment (agentbox secret set OPENAI_API_KEY)")
 			}
-			return NewOpenAI(Options{APIKey: key, BaseURL: base}), nil
+			return NewOpenAI(Options{APIKey: key, BaseURL: base, Stream: true}), nil
 		case "anthropic":
 			key, base := lookup(ctx, "ANTHROPIC_API_KEY"), lookup(ctx, "ANTHROPIC_BASE_URL")
 			if key == "" {
 				return nil, fmt.Errorf("no ANTHROPIC_API_KEY in the secret store or the daemon's environment (agentbox secret set ANTHROPIC_API_KEY)")
 			}
-			return NewAnthropic(Options{APIKey: key, BaseURL: base}), nil
+			return NewAnthropic(Options{APIKey: key, BaseURL: base, Stream: true}), nil
 		}
 		return nil, fmt.Errorf("unknown provider %q", provider)
 	}

@@ -36,6 +36,9 @@ func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc.mu.Unlock()
 	status, resp := rc.reply(n, string(b))
 	w.Header().Set("Content-Type", "application/json")
+	if strings.HasPrefix(resp, "data:") || strings.HasPrefix(resp, "event:") {
+		w.Header().Set("Content-Type", "text/event-stream")
+	}
 	if status == 429 || status >= 500 {
 		w.Header().Set("retry-after-ms", "5")
 	}
@@ -266,6 +269,80 @@ func TestLoopOverProvidersKeepsSecretsOut(t *testing.T) {
 			// Each role's own model.
 			if !strings.Contains(rc.bodies[0], `"model":"small"`) || !strings.Contains(rc.bodies[1], `"model":"large"`) {
 				t.Errorf("models per role: %s / %s", rc.bodies[0][:80], rc.bodies[1][:80])
+			}
+		})
+	}
+}
+
+// Recorded streams, in each API's server-sent events.
+const openAIStream = `data: {"id":"chatcmpl-2","object":"chat.completion.chunk","created":1764115200,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_2","type":"function","function":{"name":"submit_plan","arguments":""}}]},"finish_reason":null}]}
+
+data: {"id":"chatcmpl-2","object":"chat.completion.chunk","created":1764115200,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"files\":[\"calc.py\"],"}}]},"finish_reason":null}]}
+
+data: {"id":"chatcmpl-2","object":"chat.completion.chunk","created":1764115200,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"approach\":\"fix add\"}"}}]},"finish_reason":null}]}
+
+data: {"id":"chatcmpl-2","object":"chat.completion.chunk","created":1764115200,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}
+
+data: {"id":"chatcmpl-2","object":"chat.completion.chunk","created":1764115200,"model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":50,"completion_tokens":12,"total_tokens":62}}
+
+data: [DONE]
+
+`
+
+const anthropicStream = `event: message_start
+data: {"type":"message_start","message":{"id":"msg_02","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":300,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_02","name":"submit_plan","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"files\": [\"calc.py\"],"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":" \"approach\": \"fix add\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":25}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+`
+
+func TestStreaming(t *testing.T) {
+	for _, api := range []string{"openai", "anthropic"} {
+		t.Run(api, func(t *testing.T) {
+			stream := openAIStream
+			if api == "anthropic" {
+				stream = anthropicStream
+			}
+			rc := &recorder{reply: func(n int, _ string) (int, string) {
+				if n == 0 {
+					return 500, `{"error":{"message":"try again","type":"server_error"}}`
+				}
+				return 200, stream
+			}}
+			srv := httptest.NewServer(rc)
+			defer srv.Close()
+			var p solve.Provider = NewOpenAI(Options{APIKey: "k", BaseURL: srv.URL + "/v1", Stream: true})
+			if api == "anthropic" {
+				p = NewAnthropic(Options{APIKey: "k", BaseURL: srv.URL, Stream: true})
+			}
+			plan, u, err := solve.PlanTask(t.Context(), p, "gpt-4o-mini", "task", nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(plan.Files) != 1 || plan.Files[0] != "calc.py" || plan.Approach != "fix add" {
+				t.Errorf("plan %+v", plan)
+			}
+			if u.Calls != 2 || u.InputTokens == 0 || u.OutputTokens == 0 {
+				t.Errorf("usage %+v", u)
+			}
+			if !strings.Contains(rc.bodies[1], `"stream":true`) {
+				t.Errorf("the request did not ask for a stream: %s", rc.bodies[1])
 			}
 		})
 	}

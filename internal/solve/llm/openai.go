@@ -51,7 +51,22 @@ func (p *OpenAI) Complete(ctx context.Context, req solve.Request) (solve.Respons
 		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
 			Name: t.Name, Description: openai.String(t.Description), Parameters: shared.FunctionParameters(schema)}))
 	}
-	resp, err := client.Chat.Completions.New(ctx, params)
+	var resp *openai.ChatCompletion
+	var err error
+	if p.opts.Stream {
+		params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		stream := client.Chat.Completions.NewStreaming(ctx, params)
+		var acc openai.ChatCompletionAccumulator
+		for stream.Next() {
+			acc.AddChunk(stream.Current())
+		}
+		if err = stream.Err(); err == nil {
+			resp = &acc.ChatCompletion
+		}
+		stream.Close()
+	} else {
+		resp, err = client.Chat.Completions.New(ctx, params)
+	}
 	usage := solve.Usage{Calls: int(n.Load())}
 	if err != nil {
 		return solve.Response{Usage: usage}, fmt.Errorf("openai %s: %w", req.Model, err)
