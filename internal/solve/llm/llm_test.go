@@ -347,3 +347,37 @@ func TestStreaming(t *testing.T) {
 		})
 	}
 }
+
+type fakeBox map[string]string
+
+func (b fakeBox) Reveal(_ context.Context, name string) ([]byte, error) {
+	v, ok := b[name]
+	if !ok {
+		return nil, fmt.Errorf("secret %s not found", name)
+	}
+	return []byte(v), nil
+}
+
+// TestOpenKeysFromSecretStore: the daemon's providers take their key and
+// address from the secret store first, the daemon's environment second.
+func TestOpenKeysFromSecretStore(t *testing.T) {
+	rc := &recorder{reply: func(int, string) (int, string) { return 200, openAIStream }}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	t.Setenv("OPENAI_API_KEY", "from-the-environment")
+	t.Setenv("ANTHROPIC_API_KEY", "")
+	open := Open(fakeBox{"OPENAI_API_KEY": "from-the-store\n", "OPENAI_BASE_URL": srv.URL + "/v1"})
+	p, err := open(t.Context(), "openai", "gpt-4o-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := solve.PlanTask(t.Context(), p, "gpt-4o-mini", "task", nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := rc.heads[0].Get("Authorization"); got != "Bearer from-the-store" {
+		t.Errorf("authorization %q", got)
+	}
+	if _, err := open(t.Context(), "anthropic", "claude-sonnet-4-5"); err == nil || !strings.Contains(err.Error(), "no ANTHROPIC_API_KEY") {
+		t.Errorf("anthropic without a key: %v", err)
+	}
+}
