@@ -110,7 +110,9 @@ evidence. Nothing is merged or pushed.
 // followSolve prints the run's steps as they come (without --json) until
 // it is no longer running, and returns the run with all its steps.
 func (c *cli) followSolve(ctx context.Context, cl *client.Client, id string) (solveReport, error) {
-	shown := 0
+	// Steps come ordered by attempt, so a new one may land before those
+	// shown: each is shown once by its place.
+	shown := map[[2]int]bool{}
 	for {
 		run, err := cl.GetSolve(ctx, id)
 		if err != nil {
@@ -121,10 +123,12 @@ func (c *cli) followSolve(ctx context.Context, cl *client.Client, id string) (so
 			return solveReport{}, err
 		}
 		if !c.json {
-			for _, s := range steps[min(shown, len(steps)):] {
-				printSolveStep(c.stdout, s)
+			for _, s := range steps {
+				if k := [2]int{s.Attempt, s.Seq}; !shown[k] {
+					shown[k] = true
+					printSolveStep(c.stdout, s)
+				}
 			}
-			shown = len(steps)
 		}
 		if run.State != apitypes.SolveRunning {
 			return solveReport{Run: run, Steps: steps}, nil
@@ -222,9 +226,19 @@ func printSolveStep(w io.Writer, s client.SolveStep) {
 	}
 	switch s.Kind {
 	case "workspace", "forks", "done":
-		var d map[string]any
+		var d struct {
+			Workspace, Candidate string
+			Forks                []string
+		}
 		json.Unmarshal(s.Doc, &d)
-		fmt.Fprintf(w, "%s %s: %v\n", at, s.Kind, d)
+		switch s.Kind {
+		case "workspace":
+			fmt.Fprintf(w, "%s workspace %s\n", at, d.Workspace)
+		case "forks":
+			fmt.Fprintf(w, "%s attempts on forks %s\n", at, strings.Join(d.Forks, " "))
+		default:
+			fmt.Fprintf(w, "%s done: best candidate %s\n", at, d.Candidate)
+		}
 	case "review":
 		var d struct {
 			Candidate, Disposition string
