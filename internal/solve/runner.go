@@ -320,13 +320,28 @@ func (r *Runner) run(ctx context.Context, run *store.SolveRun) error {
 	var mu sync.Mutex
 
 	// The workspace, then one fork per attempt.
+	// The run's workspaces are on branches named after it, so that one
+	// made just before a crash, and not recorded yet, is found again
+	// rather than left behind.
+	wsBranch, forkBranch := "agentbox/"+run.ID, "agentbox/"+run.ID+"-attempt"
+	mine, err := r.m.ListWorkspaces(ctx, manager.ListFilter{})
+	if err != nil {
+		return err
+	}
 	wsDoc, ok := find(phaseWorkspace)
 	if !ok {
-		w, err := r.m.CreateWorkspace(ctx, manager.CreateRequest{Repo: req.Repo, Ref: req.Ref, Task: taskLabel(req.Task)})
-		if err != nil {
-			return fmt.Errorf("solve run %s: making the workspace: %w", run.ID, err)
+		for _, w := range mine {
+			if w.Branch == wsBranch {
+				wsDoc = phaseDoc{Workspace: w.ID}
+			}
 		}
-		wsDoc = phaseDoc{Workspace: w.ID}
+		if wsDoc.Workspace == "" {
+			w, err := r.m.CreateWorkspace(ctx, manager.CreateRequest{Repo: req.Repo, Ref: req.Ref, Task: taskLabel(req.Task), Branch: wsBranch})
+			if err != nil {
+				return fmt.Errorf("solve run %s: making the workspace: %w", run.ID, err)
+			}
+			wsDoc = phaseDoc{Workspace: w.ID}
+		}
 		if err := record(phaseWorkspace, wsDoc); err != nil {
 			return err
 		}
@@ -334,7 +349,16 @@ func (r *Runner) run(ctx context.Context, run *store.SolveRun) error {
 	run.Workspace = wsDoc.Workspace
 	forks, ok := find(phaseForks)
 	if !ok {
-		ws, err := r.m.ForkWorkspaces(ctx, wsDoc.Workspace, apitypes.ForksRequest{Count: req.Attempts, ForkRequest: apitypes.ForkRequest{Task: taskLabel(req.Task)}})
+		// Forks made before a crash and not recorded go: the attempts
+		// start together from the workspace as it is.
+		for _, w := range mine {
+			if w.Branch == forkBranch || strings.HasPrefix(w.Branch, forkBranch+"-") {
+				if err := r.m.RemoveWorkspace(ctx, w.ID); err != nil {
+					return fmt.Errorf("solve run %s: removing an unrecorded fork: %w", run.ID, err)
+				}
+			}
+		}
+		ws, err := r.m.ForkWorkspaces(ctx, wsDoc.Workspace, apitypes.ForksRequest{Count: req.Attempts, ForkRequest: apitypes.ForkRequest{Task: taskLabel(req.Task), Branch: forkBranch}})
 		if err != nil {
 			return fmt.Errorf("solve run %s: forking the attempts: %w", run.ID, err)
 		}
