@@ -12,10 +12,11 @@
 #   GO                    the go command that builds runsc (default: go on PATH or /usr/local/go/bin)
 set -euo pipefail
 
+# chromium and a font: the dashboard's browser tests (internal/dashboard) drive Debian's chromium headless.
 # postgresql-15: the PostgreSQL store's tests start their own server from its binaries
 # (/usr/lib/postgresql/15/bin) as its non-root user postgres; the cluster the package makes
 # is never started (policy-rc.d below).
-readonly PACKAGES=(git docker.io runsc bubblewrap busybox-static debootstrap iproute2 ca-certificates jq gcc libc6-dev util-linux postgresql-15)
+readonly PACKAGES=(git docker.io runsc bubblewrap busybox-static debootstrap iproute2 ca-certificates jq gcc libc6-dev util-linux chromium fonts-dejavu-core postgresql-15)
 readonly DAEMON_JSON=/etc/docker/daemon.json
 readonly DOCKER_SOCK=/var/run/docker.sock
 readonly DOCKER_WAIT=${AGENTBOX_DOCKER_WAIT:-60}

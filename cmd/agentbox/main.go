@@ -75,7 +75,7 @@ func (c *cli) rootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return errdefs.Invalid("%s: %v", cmd.CommandPath(), err)
 	})
-	root.AddCommand(c.serveCmd(), c.repoCmd(), c.wsCmd(), c.filesCmd(), c.eventsCmd(), c.gcCmd(), c.usageCmd(), c.sandboxCmd(), c.execCmd(), c.psCmd(), c.logsCmd(), c.killCmd(), c.stdinCmd(), c.resizeCmd(), c.waitCmd(), c.portCmd(), c.shellCmd(), c.cpCmd(), c.secretCmd(), c.doctorCmd(), c.benchCmd(), c.imageCmd(), c.policyCmd(), c.mcpCmd(), c.reviewCmd(), c.compareCmd(), c.forgeCmd(), c.e2bCmd(), c.migrateCmd(), c.nodesCmd(), c.versionCmd())
+	root.AddCommand(c.serveCmd(), c.repoCmd(), c.wsCmd(), c.filesCmd(), c.eventsCmd(), c.gcCmd(), c.usageCmd(), c.sandboxCmd(), c.execCmd(), c.psCmd(), c.logsCmd(), c.killCmd(), c.stdinCmd(), c.resizeCmd(), c.waitCmd(), c.portCmd(), c.shellCmd(), c.cpCmd(), c.secretCmd(), c.doctorCmd(), c.benchCmd(), c.imageCmd(), c.policyCmd(), c.mcpCmd(), c.reviewCmd(), c.compareCmd(), c.solveCmd(), c.evalCmd(), c.forgeCmd(), c.e2bCmd(), c.migrateCmd(), c.nodesCmd(), c.versionCmd())
 	usageErrors(root)
 	return root
 }

@@ -41,6 +41,18 @@ type Options struct {
 	// (mcpserver.HTTPHandler), behind the same authentication as /v1;
 	// nil answers 404.
 	MCP http.Handler
+	// Solver, if set, runs the agent loop behind /v1/solve; nil answers
+	// 503.
+	Solver Solver
+}
+
+// Solver is the agent loop's runner (solve.Runner), owned by the daemon.
+type Solver interface {
+	Start(ctx context.Context, req apitypes.SolveRequest) (apitypes.SolveRun, error)
+	Get(ctx context.Context, id string) (apitypes.SolveRun, error)
+	List(ctx context.Context) ([]apitypes.SolveRun, error)
+	Steps(ctx context.Context, id string) ([]apitypes.SolveStep, error)
+	Cancel(ctx context.Context, id string) (apitypes.SolveRun, error)
 }
 
 // Server is the API handler.
@@ -53,6 +65,7 @@ type Server struct {
 	metricsHandler http.Handler
 	// mcpHandler serves /mcp; nil: none.
 	mcpHandler http.Handler
+	solver     Solver
 	// closing is closed by Shutdown: streams that would never end on
 	// their own (event follows) end then.
 	closing     chan struct{}
@@ -61,7 +74,7 @@ type Server struct {
 
 // New returns the API handler over m.
 func New(m *manager.Manager, opts Options) *Server {
-	s := &Server{m: m, token: opts.Token, log: opts.Logger, mux: http.NewServeMux(), metricsHandler: opts.Metrics, mcpHandler: opts.MCP, closing: make(chan struct{})}
+	s := &Server{m: m, token: opts.Token, log: opts.Logger, mux: http.NewServeMux(), metricsHandler: opts.Metrics, mcpHandler: opts.MCP, solver: opts.Solver, closing: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/dashboard"
 	"github.com/agentbox/agentbox/internal/e2b"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/egress/mitm"
@@ -30,6 +31,7 @@ import (
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/secrets"
+	"github.com/agentbox/agentbox/internal/solve"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
 	"github.com/agentbox/agentbox/internal/telemetry"
@@ -178,7 +180,17 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	// the manager, behind the API's authentication.
 	mcpServer := mcpserver.New(mcpserver.ManagerBackend(m), mcpserver.Options{Version: api.Version, Logger: log.With("component", "mcp")})
 	mcpHTTP := mcpServer.HTTPHandler()
-	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP})
+	// The agent loop runs here, not in the CLI: a run outlives its
+	// client, and resumes from its last recorded step at the next start.
+	solver := solve.NewRunner(m, solve.Options{Providers: solveProviders(box), Observe: metrics.ObserveSolveFailure, Logger: log.With("component", "solve")})
+	defer solver.Close()
+	if err := solver.Resume(ctx); err != nil {
+		log.Warn("resuming solve runs", "err", err)
+	}
+	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP, Solver: solver})
+	// The web dashboard at / and /ui/, in front of the API: it logs in
+	// with the same token and calls /v1 through it.
+	web := dashboard.New(dashboard.Options{Token: cfg.Token, API: apiServer, Logger: log.With("component", "dashboard")})
 	// Requests do not end with ctx (SIGTERM) but with reqCtx, at the end
 	// of the grace period; see shutdown. MCP tool calls run in their
 	// sessions, not in a request: they end then too.
@@ -190,7 +202,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	defer cancelRequests()
 	reqs := newInflight()
 	srv := &http.Server{
-		Handler:           reqs.wrap(apiServer),
+		Handler:           reqs.wrap(web),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },

@@ -53,15 +53,16 @@ func TestExecMetering(t *testing.T) {
 		t.Fatalf("%d exec.finished events, want 2", len(evs))
 	}
 	var detail struct {
-		ExecID string `json:"exec_id"`
-		State  string `json:"state"`
-		CPU    int64  `json:"cpu_ns"`
-		Peak   int64  `json:"peak_mem_bytes"`
+		ExecID string   `json:"exec_id"`
+		State  string   `json:"state"`
+		CPU    int64    `json:"cpu_ns"`
+		Peak   int64    `json:"peak_mem_bytes"`
+		Argv   []string `json:"argv"`
 	}
 	if err := json.Unmarshal([]byte(evs[0].Detail), &detail); err != nil {
 		t.Fatal(err)
 	}
-	if detail.ExecID != res.ExecID || detail.State != store.ExecExited || detail.CPU != rec.CPUNanos || detail.Peak != rec.PeakMemBytes ||
+	if detail.ExecID != res.ExecID || detail.State != store.ExecExited || detail.CPU != rec.CPUNanos || detail.Peak != rec.PeakMemBytes || len(detail.Argv) == 0 ||
 		evs[0].SandboxID != res.SandboxID || evs[0].Actor == "" {
 		t.Errorf("exec.finished event = %+v %s", evs[0], evs[0].Detail)
 	}

@@ -2,8 +2,11 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/logx"
@@ -94,5 +97,31 @@ func execEvent(ctx context.Context, rec store.Exec, err error) store.Event {
 	if err != nil {
 		detail["error"] = err.Error()
 	}
+	if argv := eventArgv(rec.Argv); len(argv) > 0 {
+		detail["argv"] = argv
+	}
 	return eventRecord(ctx, store.Event{Type: "exec.finished", WorkspaceID: rec.WorkspaceID, SandboxID: rec.SandboxID}, detail)
+}
+
+// eventArgv is the command of an exec record (JSON) as an event shows it:
+// at most 32 arguments of at most 256 bytes each, a cut one ending in "…",
+// so that a huge command line cannot swell the event log.
+func eventArgv(raw string) []string {
+	var argv []string
+	if json.Unmarshal([]byte(raw), &argv) != nil {
+		return nil
+	}
+	if len(argv) > 32 {
+		argv = append(argv[:31:31], fmt.Sprintf("… (%d more)", len(argv)-31))
+	}
+	for i, a := range argv {
+		if len(a) > 256 {
+			cut := 256
+			for cut > 0 && !utf8.RuneStart(a[cut]) {
+				cut--
+			}
+			argv[i] = a[:cut] + "…"
+		}
+	}
+	return argv
 }

@@ -222,6 +222,7 @@ type Store interface {
 	UsageStore
 	ReviewStore
 	NodeStore
+	SolveStore
 
 	Close() error
 }
@@ -248,6 +249,30 @@ type ReviewStore interface {
 	GetForge(ctx context.Context, host string) (ForgeBinding, error)
 	ListForges(ctx context.Context) ([]ForgeBinding, error)
 	DeleteForge(ctx context.Context, host string) error
+}
+
+// SolveRun is a run of the agent loop (the API's record).
+type SolveRun = apitypes.SolveRun
+
+// SolveStep is one durable step of a run (the API's record).
+type SolveStep = apitypes.SolveStep
+
+// SolveStore keeps the agent loop's runs and their steps, so that a run
+// resumes from its last completed step after a restart.
+type SolveStore interface {
+	CreateSolveRun(ctx context.Context, r SolveRun) error
+	GetSolveRun(ctx context.Context, id string) (SolveRun, error)
+	// ListSolveRuns returns the runs in state ("" for all), newest first.
+	ListSolveRuns(ctx context.Context, state string) ([]SolveRun, error)
+	// UpdateSolveRun replaces a run if its state is still from: a cancel
+	// that won meanwhile makes it fail with ErrConflict.
+	UpdateSolveRun(ctx context.Context, r SolveRun, from string) error
+	// AppendSolveStep adds a step; a step already recorded at its run,
+	// attempt and seq is ErrConflict (two writers of one loop).
+	AppendSolveStep(ctx context.Context, s SolveStep) error
+	// ListSolveSteps returns a run's steps, by attempt then seq; attempt
+	// -1 means every attempt.
+	ListSolveSteps(ctx context.Context, runID string, attempt int) ([]SolveStep, error)
 }
 
 // SealedSecret is a secret as the store keeps it: encrypted by package

@@ -56,6 +56,7 @@ type Metrics struct {
 	repairs        *prometheus.CounterVec
 	poolReady      *prometheus.GaugeVec
 	poolClaims     *prometheus.CounterVec
+	solveFailures  *prometheus.CounterVec
 }
 
 // gcKinds are what the collector removes (manager.GCKinds), the values of
@@ -109,6 +110,13 @@ func New(opts Options) *Metrics {
 			Name: "agentbox_warm_pool_claims_total",
 			Help: "Sandbox creations of a class that has a warm pool, by result: hit (a pooled environment) or miss (the pool was empty: cold start). Hit rate: rate(result=\"hit\") / rate(all).",
 		}, []string{"backend", "image", "result"}),
+		solveFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentbox_solve_failures_total",
+			Help: "Failed test executions of the agent loop (agentbox solve), by category: syntax, import, assertion, timeout, oom, egress_denied, compile, other.",
+		}, []string{"category"}),
+	}
+	for _, c := range SolveCategories {
+		m.solveFailures.WithLabelValues(c)
 	}
 	for _, k := range gcKinds {
 		m.gcRemovals.WithLabelValues(k)
@@ -130,7 +138,7 @@ func New(opts Options) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.createSeconds, m.createErrors, m.execSeconds, m.execs, m.egressDecision, m.gcRemovals, m.repairs,
-		m.poolReady, m.poolClaims,
+		m.poolReady, m.poolClaims, m.solveFailures,
 	)
 	if opts.Sandboxes != nil {
 		timeout := opts.ScrapeTimeout
@@ -231,4 +239,13 @@ func (m *Metrics) ObservePoolClaim(backend, image string, hit bool) {
 		result = "hit"
 	}
 	m.poolClaims.WithLabelValues(backend, image, result).Inc()
+}
+
+// SolveCategories are the agent loop's failure categories (solve.Categories,
+// listed here so that telemetry imports nothing of the loop).
+var SolveCategories = []string{"syntax", "import", "assertion", "timeout", "oom", "egress_denied", "compile", "other"}
+
+// ObserveSolveFailure counts one failed execution of the agent loop.
+func (m *Metrics) ObserveSolveFailure(category string) {
+	m.solveFailures.WithLabelValues(category).Inc()
 }

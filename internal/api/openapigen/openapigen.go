@@ -34,6 +34,7 @@ var tags = []struct{ name, desc string }{
 	{"repos", "the repo cache: remotes cloned once as bare mirrors"},
 	{"workspaces", "durable workspaces: a checkout of repo@ref plus the agent's edits; status, diff, commit, fork"},
 	{"review", "candidates: a workspace's result with the evidence agentbox gathered, approved or rejected by a person; push and pull request"},
+	{"solve", "the agent loop: plan, edit, test in a sandbox, diagnose, retry, until a candidate for review"},
 	{"files", "the file API, resolved inside the workspace's root"},
 	{"sandboxes", "disposable execution environments attached to a workspace"},
 	{"exec", "commands in a sandbox: streamed, buffered, or on a terminal"},
