@@ -37,7 +37,7 @@ go test -count=1 -timeout 20m ./... "$@"
 # (a real PostgreSQL 15 started by the tests, a database per data dir); the
 # store's conformance suite and the PostgreSQL-only tests ran above.
 AGENTBOX_TEST_STORE=postgres go test -count=1 -timeout 10m ./cmd/agentbox \
-	-run '^(TestCLIEveryCommandJSON|TestKill9Durability|TestRemountAfterReboot|TestExecThroughTheCLI|TestGracefulShutdown.*|TestCLIGC|TestSecretsThroughTheCLI|TestReviewAndPush|TestObservabilityThroughTheCLI)$' "$@"
+	-run '^(TestCLIEveryCommandJSON|TestKill9Durability|TestRemountAfterReboot|TestExecThroughTheCLI|TestGracefulShutdown.*|TestCLIGC|TestSecretsThroughTheCLI|TestReviewAndPush|TestObservabilityThroughTheCLI|TestSolveSurvivesKill9)$' "$@"
 # The fuzz targets of what parses hostile input (paths from clients, the
 # guest's frames, policies, proxy targets, TLS ClientHellos), each for a
 # bounded number of inputs. Bounded by count, not time: Go 1.26's fuzzer
