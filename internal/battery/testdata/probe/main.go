@@ -394,16 +394,34 @@ func ia32all() {
 		// A child that neither returns nor dies is killed and reported
 		// "hung" (gVisor's systrap platform leaves a process that a
 		// seccomp filter kills for an i386 call stuck).
+		// Under load gVisor may not even end it on SIGKILL at once: after
+		// the kill the probe waits a while more, then reports "hung" and
+		// leaves it to the sandbox's teardown rather than hang itself.
 		var hung atomic.Bool
-		timer := time.AfterFunc(5*time.Second, func() {
-			hung.Store(true)
-			if cmd.Process != nil {
+		var stdout strings.Builder
+		cmd.Stdout = &stdout
+		done := make(chan error, 1)
+		err := cmd.Start()
+		reaped := err == nil
+		if err == nil {
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err = <-done:
+			case <-time.After(5 * time.Second):
+				hung.Store(true)
 				cmd.Process.Kill()
+				select {
+				case err = <-done:
+				case <-time.After(10 * time.Second):
+					err, reaped = errors.New("not reaped after SIGKILL"), false
+				}
 			}
-		})
-		out, err := cmd.Output()
-		timer.Stop()
-		res := strings.TrimSpace(string(out))
+		}
+		out := ""
+		if reaped {
+			out = stdout.String() // Wait has copied it all
+		}
+		res := strings.TrimSpace(out)
 		if _, v, ok := strings.Cut(res, "="); ok {
 			res = v
 		}
