@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,42 +22,14 @@ func (s *Store) CreateCandidate(ctx context.Context, c store.Candidate) error {
 }
 
 func (s *Store) GetCandidate(ctx context.Context, id string) (store.Candidate, error) {
-	var doc string
-	if err := s.db.QueryRowContext(ctx, `SELECT doc FROM candidates WHERE id = $1`, id).Scan(&doc); err != nil {
-		return store.Candidate{}, classify(err, "candidate "+id)
-	}
-	var c store.Candidate
-	if err := json.Unmarshal([]byte(doc), &c); err != nil {
-		return store.Candidate{}, fmt.Errorf("candidate %s: a corrupt record: %w", id, err)
-	}
-	return c, nil
+	return getDoc[store.Candidate](ctx, s, "candidate "+id, `SELECT doc FROM candidates WHERE id = $1`, id)
 }
 
 func (s *Store) ListCandidates(ctx context.Context, workspaceID string) ([]store.Candidate, error) {
-	var rows *sql.Rows
-	var err error
 	if workspaceID == "" {
-		rows, err = s.db.QueryContext(ctx, `SELECT id, doc FROM candidates ORDER BY created_at DESC, id DESC`)
-	} else {
-		rows, err = s.db.QueryContext(ctx, `SELECT id, doc FROM candidates WHERE workspace_id = $1 ORDER BY created_at DESC, id DESC`, workspaceID)
+		return listDocs[store.Candidate](ctx, s, "candidate", `SELECT id, doc FROM candidates ORDER BY created_at DESC, id DESC`)
 	}
-	if err != nil {
-		return nil, classify(err, "candidates")
-	}
-	defer rows.Close()
-	out := []store.Candidate{}
-	for rows.Next() {
-		var id, doc string
-		if err := rows.Scan(&id, &doc); err != nil {
-			return nil, classify(err, "candidates")
-		}
-		var c store.Candidate
-		if err := json.Unmarshal([]byte(doc), &c); err != nil {
-			return nil, fmt.Errorf("candidate %s: a corrupt record: %w", id, err)
-		}
-		out = append(out, c)
-	}
-	return out, classify(rows.Err(), "candidates")
+	return listDocs[store.Candidate](ctx, s, "candidate", `SELECT id, doc FROM candidates WHERE workspace_id = $1 ORDER BY created_at DESC, id DESC`, workspaceID)
 }
 
 func (s *Store) UpdateCandidate(ctx context.Context, c store.Candidate, from string) error {

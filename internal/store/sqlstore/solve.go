@@ -22,42 +22,14 @@ func (s *Store) CreateSolveRun(ctx context.Context, r store.SolveRun) error {
 }
 
 func (s *Store) GetSolveRun(ctx context.Context, id string) (store.SolveRun, error) {
-	var doc string
-	if err := s.db.QueryRowContext(ctx, `SELECT doc FROM solve_runs WHERE id = $1`, id).Scan(&doc); err != nil {
-		return store.SolveRun{}, classify(err, "solve run "+id)
-	}
-	var r store.SolveRun
-	if err := json.Unmarshal([]byte(doc), &r); err != nil {
-		return store.SolveRun{}, fmt.Errorf("solve run %s: a corrupt record: %w", id, err)
-	}
-	return r, nil
+	return getDoc[store.SolveRun](ctx, s, "solve run "+id, `SELECT doc FROM solve_runs WHERE id = $1`, id)
 }
 
 func (s *Store) ListSolveRuns(ctx context.Context, state string) ([]store.SolveRun, error) {
-	var rows *sql.Rows
-	var err error
 	if state == "" {
-		rows, err = s.db.QueryContext(ctx, `SELECT id, doc FROM solve_runs ORDER BY created_at DESC, id DESC`)
-	} else {
-		rows, err = s.db.QueryContext(ctx, `SELECT id, doc FROM solve_runs WHERE state = $1 ORDER BY created_at DESC, id DESC`, state)
+		return listDocs[store.SolveRun](ctx, s, "solve run", `SELECT id, doc FROM solve_runs ORDER BY created_at DESC, id DESC`)
 	}
-	if err != nil {
-		return nil, classify(err, "solve runs")
-	}
-	defer rows.Close()
-	out := []store.SolveRun{}
-	for rows.Next() {
-		var id, doc string
-		if err := rows.Scan(&id, &doc); err != nil {
-			return nil, classify(err, "solve runs")
-		}
-		var r store.SolveRun
-		if err := json.Unmarshal([]byte(doc), &r); err != nil {
-			return nil, fmt.Errorf("solve run %s: a corrupt record: %w", id, err)
-		}
-		out = append(out, r)
-	}
-	return out, classify(rows.Err(), "solve runs")
+	return listDocs[store.SolveRun](ctx, s, "solve run", `SELECT id, doc FROM solve_runs WHERE state = $1 ORDER BY created_at DESC, id DESC`, state)
 }
 
 func (s *Store) UpdateSolveRun(ctx context.Context, r store.SolveRun, from string) error {
