@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/testutil/syncbuf"
 )
 
 // Bounds on how long the suite waits for things that should be prompt.
@@ -368,23 +369,8 @@ func median(d []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// syncBuffer is a buffer written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is written by one goroutine while the test reads it.
+type syncBuffer = syncbuf.Buffer
 
 // signalWriter closes ready the first time what it received contains want.
 type signalWriter struct {
