@@ -17,7 +17,9 @@ func TestEventArgv(t *testing.T) {
 		want func([]string) bool
 	}{
 		{[]string{"sh", "-c", "true"}, func(g []string) bool { return strings.Join(g, " ") == "sh -c true" }},
-		{[]string{long}, func(g []string) bool { return len(g[0]) <= 256+len("…") && strings.HasSuffix(g[0], "…") && !strings.ContainsRune(g[0], '\uFFFD') }},
+		{[]string{long}, func(g []string) bool {
+			return len(g[0]) <= 256+len("…") && strings.HasSuffix(g[0], "…") && !strings.ContainsRune(g[0], '\uFFFD')
+		}},
 		{many, func(g []string) bool { return len(g) == 32 && g[31] == "… (9 more)" }},
 	} {
 		raw, _ := json.Marshal(tc.argv)

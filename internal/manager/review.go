@@ -96,24 +96,30 @@ func (m *Manager) Review(ctx context.Context, wsID string, req apitypes.ReviewRe
 	l := m.lock(wsID)
 	l.Lock()
 	g := m.git(w, drv)
-	var forced *diffcheck.Report
+	// A review commits whatever the files hold: the check of the tree it
+	// commits is its evidence (kept, not run again), and a flagged commit
+	// is recorded as forced.
+	var (
+		check    diffcheck.Report
+		checkErr error
+		checked  bool
+	)
 	record := func(ctx context.Context, tree string) error {
-		// A review commits whatever the files hold: the check is its
-		// evidence, and a flagged commit is recorded as forced.
-		if rep, err := m.checkTree(ctx, g, w.BaseCommit, tree, opt); err == nil && !rep.OK {
-			forced = &rep
-		}
+		check, checkErr = m.checkTree(ctx, g, w.BaseCommit, tree, opt)
+		checked = true
 		return nil
 	}
 	e, err := g.Candidate(ctx, w.BaseCommit, msg, m.cfg.Author, m.cfg.UID, m.cfg.GID, record)
 	var (
-		check              diffcheck.Report
-		checkErr           error
 		files, ins, dels   int
 		tipTree, statsNote string
 	)
-	if err == nil {
+	committed := checked && err == nil && e.Tip == e.Head // Candidate committed the vetted tree
+	if err == nil && !committed {
 		check, checkErr = m.checkTree(ctx, g, w.BaseCommit, e.Tip, opt)
+	}
+	forced := committed && checkErr == nil && !check.OK
+	if err == nil {
 		files, ins, dels, err = g.Stats(ctx, w.BaseCommit, e.Tip)
 	}
 	if err == nil {
@@ -123,9 +129,9 @@ func (m *Manager) Review(ctx context.Context, wsID string, req apitypes.ReviewRe
 	if err != nil {
 		return Candidate{}, named(wsID, err)
 	}
-	if forced != nil {
+	if forced {
 		m.event(ctx, store.Event{Type: "workspace.committed", RepoID: w.RepoID, WorkspaceID: wsID},
-			map[string]any{"commit": e.Tip, "by": "review", "forced": true, "findings": diffcheck.Summary(*forced, 20)})
+			map[string]any{"commit": e.Tip, "by": "review", "forced": true, "findings": diffcheck.Summary(check, 20)})
 	}
 	switch {
 	case e.Foreign:
@@ -410,15 +416,6 @@ func (m *Manager) pushBranch(ctx context.Context, w store.Workspace) (string, er
 		return "", fmt.Errorf("push_branch %q gives %q for workspace %s: %w", tmpl, b, w.ID, err)
 	}
 	return b, nil
-}
-
-// PushBranch is the branch of the default template for w.
-func PushBranch(w store.Workspace) string {
-	task := taskWord(w.Task)
-	if task == "" {
-		return "agentbox/" + w.ID
-	}
-	return "agentbox/" + task + "/" + w.ID
 }
 
 // taskWord is a task label as a branch word: lower case letters and

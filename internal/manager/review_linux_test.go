@@ -157,7 +157,11 @@ func TestReviewHostileWorkspace(t *testing.T) {
 	if _, err := h.m.Push(ctx, w.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.Git(t, h.src.Dir, "show", PushBranch(w)+":fix.txt"); got != "fixed" {
+	branch, err := h.m.pushBranch(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.Git(t, h.src.Dir, "show", branch+":fix.txt"); got != "fixed" {
 		t.Errorf("the pushed fix.txt = %q", got)
 	}
 	// Then a .git/config that is a link to a root-only host file, and a
@@ -183,7 +187,7 @@ func TestReviewHostileWorkspace(t *testing.T) {
 	if _, err := h.m.Push(ctx, w.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.Git(t, h.src.Dir, "show", PushBranch(w)+":fix.txt"); got != "fixed again" {
+	if got := testutil.Git(t, h.src.Dir, "show", branch+":fix.txt"); got != "fixed again" {
 		t.Errorf("the second push's fix.txt = %q", got)
 	}
 	var found []string
