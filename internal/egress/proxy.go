@@ -193,17 +193,17 @@ type Proxy struct {
 // New returns a Proxy configured by opts.
 func New(opts Options) *Proxy {
 	p := &Proxy{
-		log:           opts.Logger,
-		onDecision:    opts.OnDecision,
-		resolver:      opts.Resolver,
-		allowAddr:     opts.AllowAddr,
-		upTLS:         opts.UpstreamTLS,
+		log:        opts.Logger,
+		onDecision: opts.OnDecision,
+		resolver:   opts.Resolver,
+		allowAddr:  opts.AllowAddr,
+		upTLS:      opts.UpstreamTLS,
 
 		resolveAllow:   opts.ResolveAllow,
 		onResolveAllow: opts.OnResolveAllow,
-		dialTimeout:   opts.DialTimeout,
-		headerTimeout: opts.HeaderTimeout,
-		idleTimeout:   opts.IdleTimeout,
+		dialTimeout:    opts.DialTimeout,
+		headerTimeout:  opts.HeaderTimeout,
+		idleTimeout:    opts.IdleTimeout,
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
