@@ -24,6 +24,12 @@ type Dependencies interface {
 	Admit(ctx context.Context, spec string) (apitypes.Dependency, io.ReadCloser, error)
 }
 
+// DependencyObserver is what an Observer may also be: told of every
+// dependency request's outcome (the daemon's metrics).
+type DependencyObserver interface {
+	ObserveDependency(admitted bool)
+}
+
 // Event types of dependency admission.
 const (
 	EventDependencyAdmitted = "dependency.admitted"
@@ -89,4 +95,7 @@ func (m *Manager) dependencyEvent(ctx context.Context, w store.Workspace, dep ap
 		d["source"], d["url"], d["path"], d["size"] = dep.Source, dep.URL, dep.Path, dep.Size
 	}
 	m.event(ctx, store.Event{Type: typ, RepoID: w.RepoID, WorkspaceID: w.ID}, d)
+	if o, ok := m.cfg.Observer.(DependencyObserver); ok {
+		o.ObserveDependency(err == nil)
+	}
 }
