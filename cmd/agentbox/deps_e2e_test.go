@@ -168,3 +168,57 @@ func TestDependencies(t *testing.T) {
 		}
 	}
 }
+
+// depsScript asks for a range first; the denial's reason must reach
+// the debugger and the coder's next turn, which then fixes the bug
+// without the package.
+const depsScript = `
+planner:
+  - calls: [{name: submit_plan, args: {files: [calc.py], approach: "fix add", test: "python3 -m pytest -q"}}]
+coder:
+  - calls:
+      - {name: add_dependency, args: {spec: "npm:left-pad@^1.3.0"}}
+      - {name: edit_file, args: {path: calc.py, old: "return a - b", new: "return b - a"}}
+  - expect: ["dependency npm:left-pad@^1.3.0 denied: version", "is not pinned: a range or a tag"]
+    calls: [{name: edit_file, args: {path: calc.py, old: "return a - b", new: "return a + b"}}]
+debugger:
+  - expect: ["is not pinned"]
+    calls: [{name: submit_diagnosis, args: {hypothesis: "the package was asked for as a range and denied", fix: "fix add without a package"}}]
+`
+
+// TestSolveDependencyDenied is the agent loop's "denied dependency":
+// the scripted coder asks for an unpinned package, the daemon denies it
+// against its manifest and records it, and the reason reaches the model,
+// whose next patch passes.
+func TestSolveDependencyDenied(t *testing.T) {
+	requireDebianImage(t)
+	data := t.TempDir()
+	src := seededCalcRepo(t, false)
+	script := filepath.Join(t.TempDir(), "script.yaml")
+	if err := os.WriteFile(script, []byte(depsScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, data, "--config", depsConfig(t, nil))
+	defer d.stop(t)
+	cleanupAll(t, data)
+	out, errOut, code := runCLI(t, data, "", "--json", "solve", "--repo", src.Dir, "--task", "add(2, 3) returns -1; it should return 5",
+		"--test", "python3 -m pytest -q", "--model", "scripted:"+script)
+	if code != 0 {
+		t.Fatalf("solve: exit %d\n%s\n%s\n%s", code, out, errOut, d.logs)
+	}
+	var rep solveReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("solve --json: %v\n%s", err, out)
+	}
+	if len(rep.Run.Attempts) != 1 || !strings.HasPrefix(rep.Run.Attempts[0].Stop, "passed") || rep.Run.Attempts[0].Iterations != 2 {
+		t.Fatalf("run %+v", rep.Run)
+	}
+	ws := rep.Run.Attempts[0].Workspace
+	evs, err := d.client(t).Events(t.Context(), client.EventFilter{Workspace: ws, Type: "dependency.denied"})
+	if err != nil || len(evs) != 1 || !strings.Contains(evs[0].Detail, `"name":"left-pad"`) || !strings.Contains(evs[0].Detail, "is not pinned") {
+		t.Errorf("denied events of %s: %v %+v", ws, err, evs)
+	}
+	if _, errOut, code := runCLI(t, data, "", "files", "read", ws, ".agentbox/deps/left-pad-1.3.0.tgz"); code == 0 {
+		t.Errorf("the denied package is in the workspace: %s", errOut)
+	}
+}
