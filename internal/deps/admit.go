@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -189,7 +190,7 @@ func reasonOf(err error) string {
 
 // get fetches u, which must be on the source src, and checks the status.
 func (a *Admitter) get(ctx context.Context, r Request, u, src *url.URL, accept string) (*http.Response, error) {
-	if !sameOrigin(u, src) || !strings.HasPrefix(u.EscapedPath(), src.EscapedPath()+"/") {
+	if !sameOrigin(u, src) || path.Clean(u.Path) != u.Path || !strings.HasPrefix(u.EscapedPath(), src.EscapedPath()+"/") {
 		return nil, deny(r, "%s is not on the pinned source %s", redact(u), src)
 	}
 	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)

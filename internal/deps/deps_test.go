@@ -62,6 +62,8 @@ func TestNewManifest(t *testing.T) {
 		{with(func(e *deps.Entry) { e.Source = "https://127.0.0.1" }), "names an IP address"},
 		{with(func(e *deps.Entry) { e.Source = "https://registry.npmjs.org/?x=1" }), "query"},
 		{with(func(e *deps.Entry) { e.Source = "" }), "is not a URL"},
+		{with(func(e *deps.Entry) { e.Source = "https://Registry.npmjs.org" }), "as the egress proxy sees it"},
+		{with(func(e *deps.Entry) { e.Source = "https://registry.npmjs.org./" }), "as the egress proxy sees it"},
 	} {
 		_, err := deps.NewManifest([]deps.Entry{tt.e})
 		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "dependencies.approved[0]") {
@@ -136,10 +138,13 @@ func TestAdmitDenied(t *testing.T) {
 	reg.ServeTarball("tampered", evil.Tarball)
 	reg.ClaimIntegrity("claims", evil.Integrity)
 	reg.TarballURL("elsewhere", fmt.Sprintf("https://other.test:%d/elsewhere/-/elsewhere-1.0.0.tgz", reg.Port))
+	dots := depstest.NPMPackage(t, "dots", "1.0.0", nil)
+	reg.Add(dots)
+	reg.TarballURL("dots", reg.URL+"/dots/../elsewhere/-/elsewhere-1.0.0.tgz")
 	// A source the operator allowed no internal address for.
 	unallowed := reg.Entry(depstest.NPMPackage(t, "unallowed", "1.0.0", nil))
 	unallowed.Source = fmt.Sprintf("https://other.test:%d", reg.Port)
-	a, _ := admitter(t, reg, reg.Entry(pad), reg.Entry(tampered), reg.Entry(claims), reg.Entry(elsewhere), unallowed)
+	a, _ := admitter(t, reg, reg.Entry(pad), reg.Entry(tampered), reg.Entry(claims), reg.Entry(elsewhere), reg.Entry(dots), unallowed)
 
 	for _, tt := range []struct {
 		spec, want string
@@ -158,6 +163,7 @@ func TestAdmitDenied(t *testing.T) {
 		{"npm:tampered@1.0.0", "digest mismatch: the artifact from", true},
 		{"npm:claims@1.0.0", "is not the approved digest " + claims.Integrity, true},
 		{"npm:elsewhere@1.0.0", "is not on the pinned source " + reg.URL, true},
+		{"npm:dots@1.0.0", "is not on the pinned source", true},
 		{"npm:unallowed@1.0.0", "forbidden address 127.0.0.1 (loopback)", false},
 	} {
 		before := len(reg.Requests())

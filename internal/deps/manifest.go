@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/policy"
 )
 
 // EcosystemNPM is the npm registry ecosystem.
@@ -233,10 +234,13 @@ func checkSource(s string) (*url.URL, string) {
 		return nil, fmt.Sprintf("%s carries credentials: the sources are public or reached through an operator's mirror", strconv.Quote(s))
 	case u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
 		return nil, fmt.Sprintf("%s has a query or fragment", strconv.Quote(s))
-	case u.Hostname() == "" || u.Hostname() != strings.ToLower(u.Hostname()):
-		return nil, fmt.Sprintf("%s: write the host in lower case", strconv.Quote(s))
 	case net.ParseIP(u.Hostname()) != nil:
 		return nil, fmt.Sprintf("%s names an IP address: name the host (and allow its addresses with egress.resolve_allow if they are internal)", strconv.Quote(s))
+	}
+	// The egress checks see the canonical host; so must the allowlist
+	// built from the sources.
+	if h, err := policy.CanonicalHost(u.Hostname()); err != nil || h != u.Hostname() {
+		return nil, fmt.Sprintf("%s: write the host as the egress proxy sees it (lower case, ASCII, no trailing dot)", strconv.Quote(s))
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {

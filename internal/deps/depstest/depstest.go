@@ -165,6 +165,13 @@ func tarPath(p Package) string {
 	return "/" + p.Name + "/-/" + base + "-" + p.Version + ".tgz"
 }
 
+// Add serves p too.
+func (r *Registry) Add(p Package) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pkgs[p.Name] = p
+}
+
 // ServeTarball makes the registry serve body instead of name's own
 // tarball, its document unchanged: a tampered artifact.
 func (r *Registry) ServeTarball(name string, body []byte) {
