@@ -3,6 +3,8 @@ package manager
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +100,25 @@ func TestDependencyAdmission(t *testing.T) {
 				t.Errorf("AddDependency(%s) was denied, yet %s exists", tt.spec, tt.path)
 			}
 		}
+	}
+
+	// A sandbox that plants a link where the artifact goes gets nothing
+	// written through it (SECURITY.md C17): the write is refused or stays
+	// inside the workspace, and the host directory stays empty.
+	w2 := h.create(CreateRequest{Repo: h.repo.ID})
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(h.files(w2), ".agentbox")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.m.AddDependency(ctx, w2.ID, "npm:pad-it@1.0.0")
+	t.Logf("AddDependency with .agentbox a link out: %v", err)
+	if err == nil {
+		if fi, lerr := os.Lstat(filepath.Join(h.files(w2), ".agentbox")); lerr != nil || fi.Mode()&os.ModeSymlink != 0 {
+			t.Errorf("AddDependency through a planted link succeeded and the link is still there")
+		}
+	}
+	if left, _ := os.ReadDir(outside); len(left) != 0 {
+		t.Errorf("AddDependency wrote through a planted link into %s: %v", outside, left)
 	}
 
 	admitted := h.events(w.ID, EventDependencyAdmitted)
