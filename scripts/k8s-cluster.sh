@@ -214,6 +214,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "64Mi", nodefs.available: "1%", imagefs.available: "1%"}
 maxPods: 250
+# A backstop for every pod; agentbox writes each sandbox's own, lower, limit into
+# its pod's cgroup.
+podPidsLimit: 4096
 EOF
 }
 
@@ -285,6 +288,11 @@ up() {
 		--hostname-override "$NODE" --node-ip 127.0.0.1
 	wait_for "the node ${NODE}" 120 sh -c "'$BIN/kubectl' --kubeconfig '$STATE/admin.kubeconfig' get node '$NODE' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 	wait_for "the default service account" 60 kubectl -n default get serviceaccount default
+	if [[ -x $STATE/runsc ]]; then
+		# gVisor for pods that name it (agentbox's kubernetes.runtime_class).
+		printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n' |
+			kubectl apply -f - >/dev/null
+	fi
 	log "up: node ${NODE} ready (kubeconfig ${STATE}/admin.kubeconfig)"
 	echo "$STATE/admin.kubeconfig"
 }

@@ -356,6 +356,9 @@ func Load(path string) (Config, error) {
 		}
 		c.Kubernetes.Kubeconfig = v
 	}
+	if v := os.Getenv("AGENTBOX_KUBERNETES_NODE"); v != "" && c.Kubernetes != nil {
+		c.Kubernetes.Node = v
+	}
 	return c, nil
 }
 

@@ -83,6 +83,10 @@ type Options struct {
 	// MountDir holds the nosuid,nodev binds of workspaces that are not on
 	// such a mount already (see package hostbind); one per daemon.
 	MountDir string
+	// RequirePids fails a create whose pids limit cannot be written into
+	// the pod's cgroup on this node (see limitPids); otherwise the
+	// kubelet's podPidsLimit is all that holds.
+	RequirePids bool
 	// StartTimeout bounds how long Create waits for the pod to run
 	// (default 2m: an image being unpacked on a busy node).
 	StartTimeout time.Duration
@@ -97,6 +101,7 @@ type Backend struct {
 	node         string
 	runtimeClass string
 	mountDir     string
+	requirePids  bool
 	stopTimeout  time.Duration
 	startTimeout time.Duration
 	log          *slog.Logger
@@ -138,7 +143,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
-	b := &Backend{c: c, ns: o.Namespace, node: o.Node, runtimeClass: o.RuntimeClass, mountDir: o.MountDir,
+	b := &Backend{c: c, ns: o.Namespace, node: o.Node, runtimeClass: o.RuntimeClass, mountDir: o.MountDir, requirePids: o.RequirePids,
 		stopTimeout: o.StopTimeout, startTimeout: o.StartTimeout, log: o.Logger.With("backend", Name)}
 	if err := b.prepare(ctx); err != nil {
 		return nil, err
@@ -225,6 +230,12 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 	running, err := b.waitRunning(ctx, created)
 	if err != nil {
 		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, err)
+	}
+	if err := limitPids(string(running.UID), spec.Limits.Pids); err != nil {
+		if b.requirePids {
+			return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, err)
+		}
+		b.log.Warn("the sandbox's pids limit is the kubelet's podPidsLimit", "sandbox_id", req.ID, "err", err)
 	}
 	return b.info(running), nil
 }
