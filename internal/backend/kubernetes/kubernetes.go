@@ -84,10 +84,11 @@ type Options struct {
 	// MountDir holds the nosuid,nodev binds of workspaces that are not on
 	// such a mount already (see package hostbind); one per daemon.
 	MountDir string
-	// RequirePids fails a create whose pids limit cannot be written into
-	// the pod's cgroup on this node (see limitPids); otherwise the
-	// kubelet's podPidsLimit is all that holds.
-	RequirePids bool
+	// RequireNode fails a create whose node-local settings cannot be
+	// applied on this node (the pids limit, the termination log; see
+	// node_linux.go); otherwise they are logged and the kubelet's
+	// podPidsLimit is all that limits processes.
+	RequireNode bool
 	// StartTimeout bounds how long Create waits for the pod to run
 	// (default 2m: an image being unpacked on a busy node).
 	StartTimeout time.Duration
@@ -102,7 +103,7 @@ type Backend struct {
 	node         string
 	runtimeClass string
 	mountDir     string
-	requirePids  bool
+	requireNode  bool
 	stopTimeout  time.Duration
 	startTimeout time.Duration
 	log          *slog.Logger
@@ -144,7 +145,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
-	b := &Backend{c: c, ns: o.Namespace, node: o.Node, runtimeClass: o.RuntimeClass, mountDir: o.MountDir, requirePids: o.RequirePids,
+	b := &Backend{c: c, ns: o.Namespace, node: o.Node, runtimeClass: o.RuntimeClass, mountDir: o.MountDir, requireNode: o.RequireNode,
 		stopTimeout: o.StopTimeout, startTimeout: o.StartTimeout, log: o.Logger.With("backend", Name)}
 	if err := b.prepare(ctx); err != nil {
 		return nil, err
@@ -250,13 +251,63 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 	if err != nil {
 		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, err)
 	}
-	if err := limitPids(string(running.UID), spec.Limits.Pids); err != nil {
-		if b.requirePids {
+	if err := b.onNode(running, spec.Limits.Pids); err != nil {
+		if b.requireNode {
 			return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, err)
 		}
-		b.log.Warn("the sandbox's pids limit is the kubelet's podPidsLimit", "sandbox_id", req.ID, "err", err)
+		b.log.Warn("node-local settings of a sandbox pod not applied: its pids limit is the kubelet's podPidsLimit and /dev/termination-log stays writable", "sandbox_id", req.ID, "err", err)
 	}
 	return b.info(running), nil
+}
+
+// onNode does on the pod's node what the pod spec cannot say (see
+// node_linux.go): the sandbox's own pids limit, and no writable host file
+// at /dev/termination-log. Under a RuntimeClass the container's processes
+// are the runtime's (gVisor's sentry), whose mount namespace is not the
+// sandbox's, so only the limit is set.
+func (b *Backend) onNode(p *corev1.Pod, pids int64) error {
+	if err := limitPids(string(p.UID), pids); err != nil {
+		return err
+	}
+	if b.runtimeClass != "" {
+		return nil
+	}
+	id, err := containerID(p)
+	if err != nil {
+		return err
+	}
+	procs, err := containerPids(string(p.UID), id)
+	if err != nil {
+		return err
+	}
+	if len(procs) == 0 {
+		return fmt.Errorf("container %s has no process", id)
+	}
+	return dropTerminationLog(procs[0])
+}
+
+// containerID is the runtime's id of the sandbox's container in pod p.
+func containerID(p *corev1.Pod) (string, error) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if _, id, ok := strings.Cut(cs.ContainerID, "://"); ok && id != "" {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s reports no container id", p.Name)
+}
+
+// Pids are the host pids of pod ref's sandbox container (the guest and
+// every command), read from its cgroup on this node.
+func (b *Backend) Pids(ctx context.Context, ref string) ([]int, error) {
+	p, err := b.c.CoreV1().Pods(b.ns).Get(ctx, ref, metav1.GetOptions{})
+	if err != nil {
+		return nil, apiErr(err)
+	}
+	id, err := containerID(p)
+	if err != nil {
+		return nil, err
+	}
+	return containerPids(string(p.UID), id)
 }
 
 // validate checks what Create needs before anything is made.
