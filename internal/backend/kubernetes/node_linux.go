@@ -6,11 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/anonmount"
 )
 
 // The daemon runs on its pods' node (Options.Node), so it can do there
@@ -123,28 +124,18 @@ func dropTerminationLog(pid int) error {
 		return fmt.Errorf("the container's mount namespace: %w", err)
 	}
 	defer ns.Close()
-	ch := make(chan error, 1)
-	go func() {
-		// The thread enters the container's mount namespace and is never
-		// handed back to the scheduler: it ends with the goroutine.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			ch <- fmt.Errorf("unsharing the thread's file system state: %w", err)
-			return
-		}
+	// The thread that enters the container's mount namespace is never
+	// handed back to the Go runtime (see anonmount.OnPrivateThread).
+	return anonmount.OnPrivateThread(func() error {
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNS); err != nil {
-			ch <- fmt.Errorf("entering the container's mount namespace: %w", err)
-			return
+			return fmt.Errorf("entering the container's mount namespace: %w", err)
 		}
 		if err := unix.Unmount(terminationLog, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) {
-			ch <- fmt.Errorf("unmounting %s in the container: %w", terminationLog, err)
-			return
+			return fmt.Errorf("unmounting %s in the container: %w", terminationLog, err)
 		}
 		if err := unix.Unlink(terminationLog); err != nil && !errors.Is(err, unix.ENOENT) {
-			ch <- fmt.Errorf("removing %s from the container's /dev: %w", terminationLog, err)
-			return
+			return fmt.Errorf("removing %s from the container's /dev: %w", terminationLog, err)
 		}
-		ch <- nil
-	}()
-	return <-ch
+		return nil
+	})
 }
