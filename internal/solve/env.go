@@ -155,4 +155,5 @@ func (e WorkspaceEnv) List(ctx context.Context, dir, glob string, max int) ([]st
 	}
 	return out, nil
 }
+
 var _ Browser = WorkspaceEnv{}

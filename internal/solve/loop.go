@@ -93,8 +93,8 @@ type loop struct {
 	// coderCalls counts the coder's model calls: its requests' turns.
 	coderCalls int
 	fails      map[string]int
-	sigs  map[string]int
-	edits map[string]int
+	sigs       map[string]int
+	edits      map[string]int
 }
 
 // Run runs the loop of one attempt to its stop, which it records last.
