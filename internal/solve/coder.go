@@ -31,6 +31,9 @@ type GrepLine struct {
 	Text string `json:"text"`
 }
 
+// codeBrowsePrompt is the coder's prompt when it has its reading tools.
+var codeBrowsePrompt = "You are the coder of a coding agent. Before you edit, you may read files (read_file, with a line range), search them (grep) and list them (list_files), over several turns. Then fix the task by calling edit_file (exact text replaced; old must occur once) or write_file (a whole file), as many calls as needed, relative paths only: a reply with edits ends your turn. " + untrustedRule
+
 // The coder's reading tools.
 var (
 	readTool = Tool{Name: "read_file", Description: "Read a workspace file, or lines start_line to end_line of it (1-based, inclusive); the lines come numbered.",
