@@ -300,6 +300,10 @@ func (c *cli) evalOne(ctx context.Context, cl *client.Client, dir string, t eval
 		if t.testPatchText != "" || t.TestPatch != "" {
 			loopTest = regress
 		}
+		if loopTest == "" {
+			res.Failure = "the task's tests are hidden and it has no pass_to_pass: nothing for the loop to run"
+			return res
+		}
 		req := client.SolveRequest{Repo: repo, Ref: t.Base, Task: t.Problem, Test: loopTest, Attempts: attempts, Model: model, Timeout: t.TestTimeout}
 		if model == "" {
 			b, err := os.ReadFile(filepath.Join(dir, t.Script))

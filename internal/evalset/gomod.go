@@ -219,6 +219,15 @@ func (f *Fetcher) Build(ctx context.Context, g GoModule, work string) (Repo, err
 	if err := runGit(ctx, "", nil, "init", "-q", "--bare", gitDir); err != nil {
 		return Repo{}, err
 	}
+	// The module's own .gitattributes must not change what is committed
+	// (line endings, filters): the repository's info/attributes, read
+	// first, turns every conversion off.
+	if err := os.MkdirAll(filepath.Join(gitDir, "info"), 0o755); err != nil {
+		return Repo{}, err
+	}
+	if err := os.WriteFile(filepath.Join(gitDir, "info", "attributes"), []byte("* -text !eol -filter -ident !working-tree-encoding\n"), 0o644); err != nil {
+		return Repo{}, err
+	}
 	parent := ""
 	for _, v := range []struct {
 		version, hash string

@@ -91,6 +91,8 @@ func TestBuild(t *testing.T) {
 		"calc.go":            "package calc\n\nfunc Add(a, b int) int { return a - b }\n",
 		"calc_test.go":       "package calc\n",
 		".gitignore":         "calc.go\n",
+		".gitattributes":     "* text=auto eol=lf\n",
+		"crlf.txt":           "one\r\ntwo\r\n",
 		"testdata/cases.txt": "1 2 3\n",
 	})
 	fix := p.add(t, mod, "v1.0.1", map[string]string{
@@ -98,6 +100,8 @@ func TestBuild(t *testing.T) {
 		"calc.go":            "package calc\n\nfunc Add(a, b int) int { return a + b }\n",
 		"calc_test.go":       "package calc\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {}\n",
 		".gitignore":         "calc.go\n",
+		".gitattributes":     "* text=auto eol=lf\n",
+		"crlf.txt":           "one\r\ntwo\r\n",
 		"testdata/cases.txt": "1 2 3\n2 3 5\n",
 		"sub/x_test.go":      "package sub\n",
 	})
@@ -128,6 +132,9 @@ func TestBuild(t *testing.T) {
 	}
 	if out, err := git("show", r.Ref+":calc.go"); err != nil || !strings.Contains(out, "a - b") {
 		t.Errorf("base calc.go: %v %s", err, out)
+	}
+	if out, err := git("show", r.Ref+":crlf.txt"); err != nil || out != "one\r\ntwo\r\n" {
+		t.Errorf("the module's .gitattributes changed a file: %v %q", err, out)
 	}
 	if out, err := git("rev-parse", r.Ref); err != nil || strings.TrimSpace(out) != r.Base {
 		t.Errorf("ref %s is %s, want the base %s (%v)", r.Ref, out, r.Base, err)
