@@ -127,7 +127,7 @@ func WritePatch(ctx context.Context, p Provider, model string, in CodeInput, tur
 	if in.Diagnosis != nil {
 		fmt.Fprintf(&b, "\nDiagnosis of that failure:\nHypothesis: %s\nFix: %s\n", in.Diagnosis.Hypothesis, in.Diagnosis.Fix)
 	}
-	system, tools := codePrompt, []Tool{editTool, writeTool}
+	system, tools := codePrompt, []Tool{editTool, writeTool, dependencyTool}
 	if in.Browse != nil {
 		system, tools = codeBrowsePrompt, append(tools, readTool, grepTool, listTool)
 	}
@@ -181,6 +181,13 @@ func patchOf(resp Response, browsing bool) (Patch, error) {
 			if e.Old == "" {
 				return Patch{}, fmt.Errorf("coder: an edit_file call of %s has no old text", e.Path)
 			}
+		case c.Name == dependencyTool.Name:
+			spec, err := dependencySpec(c.Args)
+			if err != nil {
+				return Patch{}, fmt.Errorf("coder: %w", err)
+			}
+			patch.Dependencies = append(patch.Dependencies, spec)
+			continue
 		case c.Name == writeTool.Name:
 			var w struct{ Path, Content string }
 			if err := json.Unmarshal(c.Args, &w); err != nil {
@@ -197,7 +204,7 @@ func patchOf(resp Response, browsing bool) (Patch, error) {
 		}
 		patch.Edits = append(patch.Edits, e)
 	}
-	if len(patch.Edits) == 0 {
+	if len(patch.Edits) == 0 && len(patch.Dependencies) == 0 {
 		return Patch{}, errNoEdit
 	}
 	return patch, nil
@@ -279,6 +286,9 @@ func Diagnose(ctx context.Context, p Provider, model string, in DiagnoseInput, t
 // may have been applied, wholly or partly, before a restart: an edit whose
 // old text is gone but whose new text is there counts as made.
 func ApplyPatch(ctx context.Context, env Env, p Patch, resumed bool) error {
+	if err := applyDependencies(ctx, env, p); err != nil {
+		return err
+	}
 	for i, e := range p.Edits {
 		err := env.Edit(ctx, e)
 		if err != nil && resumed && e.Old != "" {
