@@ -283,6 +283,8 @@ up() {
 	fi
 	pki
 	configs
+	# kubectl beside the kubeconfig, for whoever holds one (agentbox bench looks there).
+	ln -sf "$BIN/kubectl" "$STATE/kubectl"
 	start etcd etcd --name agentbox --data-dir "$STATE/etcd" \
 		--listen-client-urls "http://127.0.0.1:${ETCD_PORT}" --advertise-client-urls "http://127.0.0.1:${ETCD_PORT}" \
 		--listen-peer-urls http://127.0.0.1:23792 --initial-advertise-peer-urls http://127.0.0.1:23792 \
