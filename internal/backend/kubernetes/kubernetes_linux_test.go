@@ -128,3 +128,4 @@ func TestKubernetes(t *testing.T) {
 	t.Parallel()
 	backendtest.Run(t, harness(""))
 }
+
