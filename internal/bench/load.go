@@ -52,6 +52,11 @@ type LoadOptions struct {
 	Duration time.Duration
 	// SampleEvery is the memory sampling interval (default 1s).
 	SampleEvery time.Duration
+	// Nodes is the number of daemons (default 1): more than one share
+	// Store (required then), each on its own data dir, and client i
+	// talks to node i mod Nodes, which forwards what another node owns.
+	// Memory, fds and goroutines are the first node's.
+	Nodes int
 }
 
 // LoadOp is one operation's latencies.
@@ -84,6 +89,7 @@ type LoadCheck struct {
 // LoadResult is what Load measured.
 type LoadResult struct {
 	Clients  int           `json:"clients"`
+	Nodes    int           `json:"nodes,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
 	Image    string        `json:"image"`
 	// Cycles is the number of full client cycles run.
@@ -152,6 +158,12 @@ func Load(ctx context.Context, opts LoadOptions, log io.Writer) (res LoadResult,
 	if opts.SampleEvery == 0 {
 		opts.SampleEvery = time.Second
 	}
+	if opts.Nodes == 0 {
+		opts.Nodes = 1
+	}
+	if opts.Nodes > 1 && opts.Store == "" {
+		return res, fmt.Errorf("bench: %d nodes need a shared store (--store postgres://...)", opts.Nodes)
+	}
 	if opts.Clients < 1 || opts.Duration < 0 {
 		return res, fmt.Errorf("bench: clients (%d) and duration (%s) must be positive", opts.Clients, opts.Duration)
 	}
@@ -163,12 +175,24 @@ func Load(ctx context.Context, opts LoadOptions, log io.Writer) (res LoadResult,
 		return res, err
 	}
 	defer func() { err = errors.Join(err, d.close()) }()
+	nodes, err := startNodes(ctx, d, opts.Nodes, log)
+	defer func() {
+		for _, n := range nodes[1:] {
+			err = errors.Join(err, n.close())
+		}
+	}()
+	if err != nil {
+		return res, err
+	}
 	res = LoadResult{Clients: opts.Clients, Duration: opts.Duration, Image: d.opts.Image}
+	if opts.Nodes > 1 {
+		res.Nodes = opts.Nodes
+	}
 	rec := &loadRecorder{lat: map[string][]time.Duration{}, errs: map[string]int{}}
 
 	clients := make([]*client.Client, opts.Clients)
 	for i := range clients {
-		if clients[i], err = client.New("unix://"+d.data+"/agentbox.sock", ""); err != nil {
+		if clients[i], err = client.New("unix://"+nodes[i%len(nodes)].data+"/agentbox.sock", ""); err != nil {
 			return res, err
 		}
 	}
@@ -232,6 +256,13 @@ func Load(ctx context.Context, opts LoadOptions, log io.Writer) (res LoadResult,
 	if res.Leftovers, err = d.leftovers(ctx); err != nil {
 		return res, err
 	}
+	for _, n := range nodes[1:] {
+		left, err := n.localLeftovers()
+		if err != nil {
+			return res, err
+		}
+		res.Leftovers = append(res.Leftovers, left...)
+	}
 	if res.FDsAfter, res.GoroutinesAfter, err = d.settled(ctx, res.FDsBefore+FDSlack, res.GoroutinesBefore+GoroutineSlack); err != nil {
 		return res, err
 	}
@@ -244,6 +275,21 @@ func Load(ctx context.Context, opts LoadOptions, log io.Writer) (res LoadResult,
 	}
 	res.summarize()
 	return res, nil
+}
+
+// startNodes starts n-1 more daemons beside d on its store, each on a
+// data dir of its own, and returns all n, d first. The others use d's
+// repo and record the sandboxes they see in d.
+func startNodes(ctx context.Context, d *daemonProc, n int, log io.Writer) ([]*daemonProc, error) {
+	nodes := []*daemonProc{d}
+	for range n - 1 {
+		nd, err := startDaemon(ctx, d.opts, -1, log)
+		if err != nil {
+			return nodes, err
+		}
+		nodes = append(nodes, nd)
+	}
+	return nodes, nil
 }
 
 // counts reads the daemon's open fds and goroutines.

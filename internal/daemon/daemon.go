@@ -96,10 +96,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		return err
 	}
 	defer st.Close()
-	// One daemon per store, as per data dir: a PostgreSQL database is not
-	// in the data dir, so its own lock says whether another daemon uses it.
-	release, err := st.HoldExclusive(ctx, func(err error) {
-		log.Error("stopping: another daemon may be using the store", "err", err)
+	// Daemons share a PostgreSQL database as nodes, each owning its
+	// objects; a lock they hold shared keeps a migration from writing
+	// into it meanwhile (and them from starting during one).
+	release, err := st.HoldShared(ctx, func(err error) {
+		log.Error("stopping: a migration holds the store", "err", err)
 		stopRun(err)
 	})
 	if err != nil {
@@ -108,7 +109,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	defer release()
 	// A node of the store from here on, before the first request: its
 	// stop is recorded last, after the shutdown has finished the work.
-	stopNode, err := runNode(ctx, st, cfg.DataDir, addr, log)
+	node, stopNode, err := runNode(ctx, st, cfg, addr, log)
 	if err != nil {
 		return err
 	}
@@ -147,7 +148,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
 		Egress: proxy, Secrets: box, Forges: forge.Open, CABundle: caBundle(ca), Observer: metrics,
 		IdleTimeout: cfg.SandboxIdleTimeout.Duration, MaxAge: cfg.SandboxMaxAge.Duration, WarmPool: warmPools(cfg),
-		DataBudget: int64(cfg.DataBudget), WorkspaceRetention: cfg.WorkspaceRetention.Duration, AutoApprove: cfg.AutoApprove, PushBranch: cfg.PushBranch,
+		DataBudget: int64(cfg.DataBudget), WorkspaceRetention: cfg.WorkspaceRetention.Duration, AutoApprove: cfg.AutoApprove, PushBranch: cfg.PushBranch, NodeID: node.ID,
 		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {
 			s := make([]mitm.Secret, len(bound))
 			for i, b := range bound {
@@ -176,6 +177,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if every := cfg.ReconcileInterval.Duration; every > 0 {
 		go m.RunReconcile(ctx, every)
 	}
+	// Lost nodes are looked for at every heartbeat: their sandboxes are
+	// marked lost and their shared workspaces adopted (see TakeOver).
+	go m.RunTakeOver(ctx, cfg.NodeHeartbeat.Duration)
 	// MCP over streamable HTTP at /mcp: the tools of `agentbox mcp`, over
 	// the manager, behind the API's authentication.
 	mcpServer := mcpserver.New(mcpserver.ManagerBackend(m), mcpserver.Options{Version: api.Version, Logger: log.With("component", "mcp")})
@@ -187,7 +191,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if err := solver.Resume(ctx); err != nil {
 		log.Warn("resuming solve runs", "err", err)
 	}
-	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP, Solver: solver})
+	nodeKey, err := clusterKey(ctx, st)
+	if err != nil {
+		return err
+	}
+	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP, Solver: solver, NodeKey: nodeKey})
 	// The web dashboard at / and /ui/, in front of the API: it logs in
 	// with the same token and calls /v1 through it.
 	web := dashboard.New(dashboard.Options{Token: cfg.Token, API: apiServer, Logger: log.With("component", "dashboard")})

@@ -1,0 +1,273 @@
+package api
+
+// Nodes sharing a store each serve any object: a request about a
+// workspace, sandbox or candidate that another node owns is forwarded to
+// that node (a reverse proxy to the address it registered), and a new
+// workspace is made on the least loaded live node. Streams (exec output,
+// NDJSON in both directions, server-sent events, WebSocket shells) pass
+// through as they come.
+//
+// The forwarding node vouches for the caller, whose token never travels
+// on: the forwarded request carries an HMAC-SHA256, under a key the nodes
+// share through the store, of its method, path and query, the time, the
+// two nodes and the principal the first node authenticated. The owner
+// accepts it within forwardSkew of its own clock, addressed to itself,
+// and never forwards it again (a request that reaches a node which no
+// longer owns the object fails rather than loop).
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/apitypes"
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/manager"
+)
+
+// Headers of a forwarded request.
+const (
+	hdrFrom      = "X-Agentbox-Node-From"
+	hdrTo        = "X-Agentbox-Node-To"
+	hdrTime      = "X-Agentbox-Node-Time"
+	hdrPrincipal = "X-Agentbox-Principal"
+	hdrSig       = "X-Agentbox-Node-Signature"
+	// hdrServedBy names, in every reply to a forwarded request, the node
+	// that served it.
+	hdrServedBy = "X-Agentbox-Node"
+)
+
+// forwardSkew is how far a forwarded request's time may be from the
+// receiving node's clock.
+const forwardSkew = 60 * time.Second
+
+// Principals: who the first node let in.
+const (
+	principalToken = "token" // the bearer token
+	principalLocal = "local" // the unix socket, no token configured
+)
+
+type ctxKey int
+
+const forwardedKey ctxKey = iota
+
+// forwarded reports whether r came from another node.
+func forwarded(r *http.Request) bool {
+	v, _ := r.Context().Value(forwardedKey).(bool)
+	return v
+}
+
+// forwarder proxies requests to other nodes.
+type forwarder struct {
+	self string
+	key  []byte
+	mu   sync.Mutex
+	// proxies by node address.
+	proxies map[string]*httputil.ReverseProxy
+}
+
+// sign returns the signature of a forwarded request.
+func (f *forwarder) sign(method, uri, at, from, to, principal string) string {
+	mac := hmac.New(sha256.New, f.key)
+	for _, s := range []string{method, uri, at, from, to, principal} {
+		mac.Write([]byte(s))
+		mac.Write([]byte{0})
+	}
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// verify checks a request that says it was forwarded by another node and
+// returns the principal it vouches for.
+func (f *forwarder) verify(r *http.Request, now time.Time) (string, error) {
+	if f == nil || len(f.key) == 0 {
+		return "", errors.New("this daemon takes no forwarded requests")
+	}
+	at, from, to, principal := r.Header.Get(hdrTime), r.Header.Get(hdrFrom), r.Header.Get(hdrTo), r.Header.Get(hdrPrincipal)
+	sec, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return "", errors.New("forwarded request without a valid time")
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > forwardSkew || d < -forwardSkew {
+		return "", fmt.Errorf("forwarded request from node %s is %s away from this node's clock", from, d.Round(time.Second))
+	}
+	if to != f.self {
+		return "", fmt.Errorf("forwarded request is for node %s, not this one", to)
+	}
+	want := f.sign(r.Method, r.URL.RequestURI(), at, from, to, principal)
+	if !hmac.Equal([]byte(want), []byte(r.Header.Get(hdrSig))) {
+		return "", fmt.Errorf("forwarded request from node %s has a wrong signature", from)
+	}
+	return principal, nil
+}
+
+// proxy returns the reverse proxy to the node at addr.
+func (f *forwarder) proxy(addr string) (*httputil.ReverseProxy, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.proxies[addr]; ok {
+		return p, nil
+	}
+	var tr *http.Transport
+	var host string
+	switch {
+	case strings.HasPrefix(addr, "unix://"):
+		sock := strings.TrimPrefix(addr, "unix://")
+		tr = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}
+		host = "agentbox"
+	case strings.HasPrefix(addr, "tcp://"):
+		tr = &http.Transport{DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext}
+		host = strings.TrimPrefix(addr, "tcp://")
+	default:
+		return nil, fmt.Errorf("node address %q is neither unix:// nor tcp://: %w", addr, errdefs.ErrUnavailable)
+	}
+	tr.MaxIdleConnsPerHost = 64
+	tr.IdleConnTimeout = 90 * time.Second
+	p := &httputil.ReverseProxy{
+		Transport: tr,
+		// Streams go on as they come.
+		FlushInterval: -1,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", host, host
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the caller went away
+			}
+			writeError(w, fmt.Errorf("forwarding %s %s to node at %s: %v: %w", r.Method, r.URL.Path, addr, err, errdefs.ErrUnavailable))
+		},
+	}
+	if f.proxies == nil {
+		f.proxies = map[string]*httputil.ReverseProxy{}
+	}
+	f.proxies[addr] = p
+	return p, nil
+}
+
+// forward sends r to the node that owns its object and copies the reply.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, to manager.Owner) {
+	if to.State != apitypes.NodeUp {
+		writeError(w, fmt.Errorf("%s is served by node %s (%s), which is %s: its files are not reachable from this node; they come back with it: %w",
+			r.URL.Path, to.Node, to.Addr, to.State, errdefs.ErrUnavailable))
+		return
+	}
+	p, err := s.fwd.proxy(to.Addr)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := r.Clone(r.Context())
+	// The caller's credentials stay here: the owner trusts this node's
+	// signature for the principal it authenticated.
+	out.Header.Del("Authorization")
+	for _, h := range []string{hdrFrom, hdrTo, hdrTime, hdrPrincipal, hdrSig} {
+		out.Header.Del(h)
+	}
+	principal := principalLocal
+	if s.token != "" {
+		principal = principalToken
+	}
+	at := strconv.FormatInt(time.Now().Unix(), 10)
+	out.Header.Set(hdrFrom, s.fwd.self)
+	out.Header.Set(hdrTo, to.Node)
+	out.Header.Set(hdrTime, at)
+	out.Header.Set(hdrPrincipal, principal)
+	out.Header.Set(hdrSig, s.fwd.sign(r.Method, r.URL.RequestURI(), at, s.fwd.self, to.Node, principal))
+	// A command's input and output stream at once (exec with NDJSON
+	// stdin): this side must read the body while it writes the reply.
+	http.NewResponseController(w).EnableFullDuplex()
+	p.ServeHTTP(w, out)
+}
+
+// routed wraps the handler of a route: requests about an object another
+// node owns go to that node; the rest are served here.
+func (s *Server) routed(method, pattern string, h func(*Server, http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	owner := s.ownerFunc(method, pattern)
+	return func(w http.ResponseWriter, r *http.Request) {
+		r = withPathIDs(r)
+		if owner == nil || s.fwd == nil {
+			h(s, w, r)
+			return
+		}
+		to, err := owner(r)
+		switch {
+		case err != nil && !errors.Is(err, errdefs.ErrNotFound):
+			writeError(w, err)
+			return
+		case err != nil || to.Self:
+			// Not found is the handler's to say, as it says it.
+			if forwarded(r) {
+				w.Header().Set(hdrServedBy, s.fwd.self)
+			}
+			h(s, w, r)
+			return
+		case forwarded(r):
+			writeError(w, fmt.Errorf("%s is now served by node %s, not by this one (the request was forwarded here): try again: %w",
+				r.URL.Path, to.Node, errdefs.ErrUnavailable))
+			return
+		}
+		s.forward(w, r, to)
+	}
+}
+
+// ownerFunc returns how to find the node that serves a route's requests,
+// or nil for the routes every node serves from the store (lists, reads
+// of records, repos, events, secrets).
+func (s *Server) ownerFunc(method, pattern string) func(*http.Request) (manager.Owner, error) {
+	m := s.m
+	switch {
+	case method == "GET" && (pattern == "/v1/workspaces/{id}" || pattern == "/v1/sandboxes/{id}" || pattern == "/v1/candidates/{id}" ||
+		pattern == "/v1/workspaces/{id}/candidates" || pattern == "/v1/sandboxes/{id}/usage"):
+		return nil
+	case method == "POST" && pattern == "/v1/workspaces":
+		// New work goes to the least loaded live node.
+		return func(r *http.Request) (manager.Owner, error) {
+			if forwarded(r) {
+				return manager.Owner{Node: m.NodeID(), Self: true}, nil // placed already
+			}
+			return m.Place(r.Context())
+		}
+	case method == "POST" && pattern == "/v1/sandboxes":
+		return func(r *http.Request) (manager.Owner, error) {
+			// The workspace is in the body, which is read (a small JSON
+			// document) and put back for whoever serves it.
+			b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20+1))
+			r.Body.Close()
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			if err != nil {
+				return manager.Owner{}, err
+			}
+			var req struct {
+				Workspace string `json:"workspace"`
+			}
+			if json.Unmarshal(b, &req) != nil || req.Workspace == "" {
+				return manager.Owner{Self: true}, nil // the handler refuses it
+			}
+			return m.WorkspaceOwner(r.Context(), req.Workspace)
+		}
+	case strings.HasPrefix(pattern, "/v1/workspaces/{id}"):
+		return func(r *http.Request) (manager.Owner, error) { return m.WorkspaceOwner(r.Context(), r.PathValue("id")) }
+	case strings.HasPrefix(pattern, "/v1/sandboxes/{id}"):
+		return func(r *http.Request) (manager.Owner, error) { return m.SandboxOwner(r.Context(), r.PathValue("id")) }
+	case method == "POST" && strings.HasPrefix(pattern, "/v1/candidates/{id}"):
+		return func(r *http.Request) (manager.Owner, error) { return m.CandidateOwner(r.Context(), r.PathValue("id")) }
+	case method == "POST" && pattern == "/v1/solve/{id}/cancel":
+		return func(r *http.Request) (manager.Owner, error) { return m.SolveRunOwner(r.Context(), r.PathValue("id")) }
+	}
+	return nil
+}
