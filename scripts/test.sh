@@ -32,12 +32,16 @@ go vet ./...
 # minutes to an hour) are not run, but must keep compiling.
 go vet -tags measure ./internal/bench ./internal/battery
 CGO_ENABLED=0 go build ./...
-go test -count=1 -timeout 20m ./... "$@"
+# The tests of several daemons sharing PostgreSQL run in its pass below.
+nodes_tests='TestLoadThreeNodes|TestKill9Node'
+go test -count=1 -timeout 20m ./... -skip "^($nodes_tests)\$" "$@"
 # The daemon's core end-to-end tests again with every daemon on PostgreSQL
 # (a real PostgreSQL 15 started by the tests, a database per data dir); the
-# store's conformance suite and the PostgreSQL-only tests ran above.
+# store's conformance suite and the PostgreSQL-only tests ran above. With
+# them, three daemons sharing one database: the load test spread over them,
+# and one killed with SIGKILL mid-load.
 AGENTBOX_TEST_STORE=postgres go test -count=1 -timeout 10m ./cmd/agentbox \
-	-run '^(TestCLIEveryCommandJSON|TestKill9Durability|TestRemountAfterReboot|TestExecThroughTheCLI|TestGracefulShutdown.*|TestCLIGC|TestSecretsThroughTheCLI|TestReviewAndPush|TestObservabilityThroughTheCLI|TestSolveSurvivesKill9)$' "$@"
+	-run "^($nodes_tests|TestCLIEveryCommandJSON|TestKill9Durability|TestRemountAfterReboot|TestExecThroughTheCLI|TestGracefulShutdown.*|TestCLIGC|TestSecretsThroughTheCLI|TestReviewAndPush|TestObservabilityThroughTheCLI|TestSolveSurvivesKill9)\$" "$@"
 # The fuzz targets of what parses hostile input (paths from clients, the
 # guest's frames, policies, proxy targets, TLS ClientHellos), each for a
 # bounded number of inputs. Bounded by count, not time: Go 1.26's fuzzer

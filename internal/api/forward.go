@@ -50,6 +50,10 @@ const (
 	hdrServedBy = "X-Agentbox-Node"
 )
 
+// ForwardIdleConns is how many idle connections a node keeps to each
+// other node it forwards to.
+const ForwardIdleConns = 4
+
 // forwardSkew is how far a forwarded request's time may be from the
 // receiving node's clock.
 const forwardSkew = 60 * time.Second
@@ -136,7 +140,9 @@ func (f *forwarder) proxy(addr string) (*httputil.ReverseProxy, error) {
 	default:
 		return nil, fmt.Errorf("node address %q is neither unix:// nor tcp://: %w", addr, errdefs.ErrUnavailable)
 	}
-	tr.MaxIdleConnsPerHost = 64
+	// A few idle connections per peer serve the next requests; bursts
+	// open more, which close once done.
+	tr.MaxIdleConnsPerHost = ForwardIdleConns
 	tr.IdleConnTimeout = 90 * time.Second
 	p := &httputil.ReverseProxy{
 		Transport: tr,

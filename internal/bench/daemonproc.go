@@ -51,6 +51,9 @@ type DaemonOptions struct {
 	NodeHeartbeat   time.Duration
 	NodeShared      bool
 	WorkspaceDriver string
+	// NoDiskQuota makes workspaces without a disk quota (plain
+	// directories, which a node adopts from a lost one).
+	NoDiskQuota bool
 }
 
 // daemonProc is a running `agentbox serve` on a scratch dir.
@@ -144,6 +147,9 @@ func startDaemon(ctx context.Context, opts DaemonOptions, files int, log io.Writ
 	}
 	if opts.NodeShared {
 		cfg += "node_shared: true\n"
+	}
+	if opts.NoDiskQuota {
+		cfg += "workspace_disk_quota: 0\n"
 	}
 	if opts.WorkspaceDriver != "" {
 		cfg += "workspace_driver: " + opts.WorkspaceDriver + "\n"
