@@ -33,7 +33,7 @@ go vet ./...
 go vet -tags measure ./internal/bench ./internal/battery
 CGO_ENABLED=0 go build ./...
 # The tests of several daemons sharing PostgreSQL run in its pass below.
-nodes_tests='TestLoadThreeNodes|TestKill9Node'
+nodes_tests='TestLoadThreeNodes|TestKill9Node|TestKill9NodeUnshared'
 go test -count=1 -timeout 20m ./... -skip "^($nodes_tests)\$" "$@"
 # The daemon's core end-to-end tests again with every daemon on PostgreSQL
 # (a real PostgreSQL 15 started by the tests, a database per data dir); the

@@ -72,3 +72,29 @@ func TestKill9Node(t *testing.T) {
 		t.Errorf("the killed node's sandboxes were lost %s after the kill, want within 10s", res.LostAfter)
 	}
 }
+
+// TestKill9NodeUnshared is TestKill9Node without shared storage (the
+// default driver and disk quotas): nobody adopts the dead node's
+// workspaces; reading a write acknowledged in one fails while it is down,
+// unavailable and naming it, and succeeds once it is started again on
+// its data dir. The survivors serve everything else with no error.
+func TestKill9NodeUnshared(t *testing.T) {
+	requireDocker(t)
+	var log bytes.Buffer
+	res, err := bench.Failover(t.Context(), bench.FailoverOptions{
+		DaemonOptions: bench.DaemonOptions{Binary: binary, Store: pgtest.NewDatabase(t), NodeHeartbeat: time.Second},
+		Nodes:         3, Clients: 9, Before: 5 * time.Second, After: 5 * time.Second,
+	}, &log)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	var out bytes.Buffer
+	res.Print(&out)
+	t.Logf("\n%s", out.String())
+	if !res.OK() {
+		t.Errorf("failover checks failed\n%s", log.String())
+	}
+	if res.Adopted != 0 {
+		t.Errorf("%d workspaces adopted without shared storage", res.Adopted)
+	}
+}

@@ -68,6 +68,10 @@ type FailoverResult struct {
 	// Adopted how many of them a survivor adopted.
 	KilledWorkspaces int `json:"killed_workspaces"`
 	Adopted          int `json:"adopted"`
+	// Unavailable counts the reads of writes in workspaces the dead node
+	// kept (no shared storage) that failed as they must while it was
+	// down: unavailable, naming it. They are read back once it is up.
+	Unavailable int `json:"unavailable"`
 	// Rejoined says the killed node was started again at the end.
 	Rejoined bool `json:"rejoined"`
 	// AfterCycles is the number of load cycles the survivors served.
@@ -85,6 +89,7 @@ func (r FailoverResult) OK() bool {
 func (r FailoverResult) Print(w io.Writer) {
 	fmt.Fprintf(w, "%d nodes, %d clients; killed %s\n", r.Nodes, r.Clients, r.Killed)
 	fmt.Fprintf(w, "acknowledged writes %d (%d on the killed node's workspaces), read back %d, missing %d\n", r.Acked, r.AckedOnKilled, r.Verified, len(r.Missing))
+	fmt.Fprintf(w, "reads of its unadopted workspaces' writes while it was down: %d unavailable, naming it\n", r.Unavailable)
 	fmt.Fprintf(w, "killed node's sandboxes lost after %s (%d); its workspaces %d, adopted %d\n", r.LostAfter.Round(time.Millisecond), r.LostSandboxes, r.KilledWorkspaces, r.Adopted)
 	fmt.Fprintf(w, "errors: before the kill %d, between %d, after %d (%d load cycles on the survivors)\n", r.ErrorsBefore, r.ErrorsBetween, r.ErrorsAfter, r.AfterCycles)
 	for _, e := range r.Errors {
@@ -335,10 +340,7 @@ func Failover(ctx context.Context, opts FailoverOptions, log io.Writer) (res Fai
 		}
 	}
 	res.Acked = len(acks)
-	for _, a := range acks {
-		if adoptedWS[a.ws] || owners[a.ws] == res.Killed {
-			res.AckedOnKilled++
-		}
+	verify := func(a ack) {
 		var b bytes.Buffer
 		_, err := d.c.ReadFile(ctx, a.ws, a.path, &b)
 		switch {
@@ -348,6 +350,26 @@ func Failover(ctx context.Context, opts FailoverOptions, log io.Writer) (res Fai
 			res.Missing = append(res.Missing, fmt.Sprintf("%s:%s: read %q, want %q", a.ws, a.path, b.String(), a.content))
 		default:
 			res.Verified++
+		}
+	}
+	// The writes in workspaces the dead node still owns (not on shared
+	// storage) are unavailable, the error naming it, until it is back.
+	var later []ack
+	for _, a := range acks {
+		if adoptedWS[a.ws] || owners[a.ws] == res.Killed {
+			res.AckedOnKilled++
+		}
+		if owners[a.ws] != res.Killed {
+			verify(a)
+			continue
+		}
+		later = append(later, a)
+		var b bytes.Buffer
+		_, err := d.c.ReadFile(ctx, a.ws, a.path, &b)
+		if err != nil && errors.Is(err, client.ErrUnavailable) && strings.Contains(err.Error(), res.Killed) && strings.Contains(err.Error(), "lost") {
+			res.Unavailable++
+		} else if len(res.Errors) < 20 {
+			res.Errors = append(res.Errors, fmt.Sprintf("%s:%s on the lost node: %v, want unavailable naming it", a.ws, a.path, err))
 		}
 	}
 	res.ErrorsBefore, res.ErrorsBetween = len(errsBefore), len(errsBetween)
@@ -367,6 +389,9 @@ func Failover(ctx context.Context, opts FailoverOptions, log io.Writer) (res Fai
 		return res, fmt.Errorf("bench: restarting the killed node: %w", err)
 	}
 	res.Rejoined = true
+	for _, a := range later {
+		verify(a)
+	}
 	// Everything goes, through a survivor: the adopted workspaces with
 	// the rest.
 	if err := d.removeAll(ctx); err != nil {
@@ -390,6 +415,7 @@ func Failover(ctx context.Context, opts FailoverOptions, log io.Writer) (res Fai
 		{Name: "errors after its handling", Value: fmt.Sprint(res.ErrorsAfter), Target: "0", Met: res.ErrorsAfter == 0 && res.AfterCycles > 0},
 		{Name: "killed node's sandboxes lost", Value: fmt.Sprint(res.LostSandboxes), Target: "> 0, none running", Met: res.LostSandboxes > 0},
 		{Name: "killed node's workspaces adopted", Value: fmt.Sprintf("%d of %d", res.Adopted, res.KilledWorkspaces), Target: "all (shared storage)", Met: !opts.NodeShared || res.Adopted == res.KilledWorkspaces && res.Adopted > 0},
+		{Name: "unadopted writes unavailable", Value: fmt.Sprintf("%d of %d", res.Unavailable, len(later)), Target: "all, naming the node", Met: res.Unavailable == len(later) && (opts.NodeShared || len(later) > 0)},
 		{Name: "leftovers", Value: fmt.Sprint(len(res.Leftovers)), Target: "0", Met: len(res.Leftovers) == 0},
 	}
 	return res, nil
