@@ -296,8 +296,9 @@ func TestLoadPostgres(t *testing.T) {
 }
 
 // TestPostgresLockLost breaks a daemon's connection that holds its store
-// lock and takes the lock first, as a second daemon would: the daemon
-// stops, saying why, rather than share the store.
+// lock (shared with the other nodes) and takes the lock exclusively
+// first, as a migration would: the daemon stops, saying why, rather than
+// write into a store being migrated.
 func TestPostgresLockLost(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	data := t.TempDir()

@@ -557,7 +557,7 @@ func (m *Manager) createWorkspace(ctx context.Context, req CreateRequest, upload
 		ref = repo.DefaultBranch
 	}
 	now := time.Now().UTC()
-	w := store.Workspace{ID: id, RepoID: repo.ID, PristineID: pristine.ID, Ref: ref, BaseCommit: commit,
+	w := store.Workspace{ID: id, Node: m.cfg.NodeID, RepoID: repo.ID, PristineID: pristine.ID, Ref: ref, BaseCommit: commit,
 		Branch: branch, Task: req.Task, Driver: driverName, Dir: filepath.Join(m.wsDir, id), DiskQuota: quota,
 		State: store.WorkspaceCreating, CreatedAt: now, UpdatedAt: now}
 

@@ -430,7 +430,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	specJSON, _ := json.Marshal(spec)
 	sum := sha256.Sum256([]byte(token))
 	now := time.Now().UTC()
-	sb := store.Sandbox{ID: ids.New("sb"), WorkspaceID: w.ID, Backend: spec.Backend, Image: spec.Image, Spec: string(specJSON),
+	sb := store.Sandbox{ID: ids.New("sb"), Node: m.cfg.NodeID, WorkspaceID: w.ID, Backend: spec.Backend, Image: spec.Image, Spec: string(specJSON),
 		State: string(sandbox.StateCreating), TokenHash: hex.EncodeToString(sum[:]), Replaces: replaces,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now}
 	dir := m.sandboxDir(sb.ID)
