@@ -158,7 +158,7 @@ func TestForwardedStreams(t *testing.T) {
 	a := startDaemon(t, dataA, "--store", url)
 	defer a.stop(t)
 	b := startDaemon(t, dataB, "--store", url)
-	defer b.stop(t)
+	defer func() { b.stop(t) }()
 	nodeA := oneNode(t, dataA, a)
 	src := testutil.NewRepo(t, map[string]string{"hello.txt": "hello\n"})
 	ca, cb := a.client(t), b.client(t)
@@ -246,6 +246,16 @@ func TestForwardedStreams(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("the follower on the other node saw %d exec events of the owner", execs)
 		}
+	}
+
+	// B restarts: its start-up repairs (recovery, the reconciler) touch
+	// only its own objects, so A's sandbox keeps running and the next
+	// command runs in it, not in a replacement.
+	b.stop(t)
+	b = startDaemon(t, dataB, "--store", url)
+	again, err := cb.Exec(t.Context(), ws.ID, client.Exec{Argv: []string{"true"}}, io.Discard, io.Discard)
+	if err != nil || again.Replaced || again.SandboxID != res.SandboxID {
+		t.Errorf("exec after the other node restarted: %+v, %v; want it in %s, not replaced", again, err, res.SandboxID)
 	}
 
 	// Forged forwarding headers: refused.

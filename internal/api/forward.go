@@ -240,8 +240,9 @@ func (s *Server) ownerFunc(method, pattern string) func(*http.Request) (manager.
 	case method == "GET" && (pattern == "/v1/workspaces/{id}" || pattern == "/v1/sandboxes/{id}" || pattern == "/v1/candidates/{id}" ||
 		pattern == "/v1/workspaces/{id}/candidates" || pattern == "/v1/sandboxes/{id}/usage"):
 		return nil
-	case method == "POST" && pattern == "/v1/workspaces":
-		// New work goes to the least loaded live node.
+	case method == "POST" && (pattern == "/v1/workspaces" || pattern == "/v1/solve"):
+		// New work (a workspace, a solve run, which makes its own) goes
+		// to the least loaded live node.
 		return func(r *http.Request) (manager.Owner, error) {
 			if forwarded(r) {
 				return manager.Owner{Node: m.NodeID(), Self: true}, nil // placed already

@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		log.Warn("sandboxes unavailable", "err", err)
 		gb = ""
 	}
-	metrics := telemetry.New(telemetry.Options{Backends: backendNames(bes), Sandboxes: countSandboxes(st), RepairKinds: manager.RepairKinds})
+	metrics := telemetry.New(telemetry.Options{Backends: backendNames(bes), Sandboxes: countSandboxes(st, node.ID), RepairKinds: manager.RepairKinds})
 	// The egress proxy reports its decisions to the manager, which exists
 	// only once New returns; no sandbox (so no decision) comes before.
 	var mgr atomic.Pointer[manager.Manager]
@@ -290,8 +290,9 @@ func backendNames(bes map[string]sandbox.Backend) []string {
 }
 
 // countSandboxes feeds agentbox_sandboxes at scrape time: one query over
-// the sandbox rows, counted by state and backend.
-func countSandboxes(st store.Store) telemetry.CountSandboxes {
+// the sandbox rows of this node, counted by state and backend (each node
+// of a shared store reports its own, so that their sum is the whole).
+func countSandboxes(st store.Store, node string) telemetry.CountSandboxes {
 	return func(ctx context.Context) (map[telemetry.SandboxKey]int, error) {
 		sbs, err := st.ListSandboxes(ctx, store.SandboxFilter{})
 		if err != nil {
@@ -299,6 +300,9 @@ func countSandboxes(st store.Store) telemetry.CountSandboxes {
 		}
 		n := make(map[telemetry.SandboxKey]int)
 		for _, sb := range sbs {
+			if sb.Node != node && sb.Node != "" {
+				continue
+			}
 			n[telemetry.SandboxKey{sb.State, sb.Backend}]++
 		}
 		return n, nil
