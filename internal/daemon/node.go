@@ -82,7 +82,14 @@ func runNode(ctx context.Context, st store.Store, cfg config.Config, addr string
 	}
 	every := cfg.NodeHeartbeat.Duration
 	host, _ := os.Hostname()
-	now := time.Now().UTC()
+	// Beats are on the store's clock, by which the others judge them.
+	clock := func(ctx context.Context) time.Time {
+		if t, err := st.Clock(ctx); err == nil {
+			return t
+		}
+		return time.Now().UTC()
+	}
+	now := clock(ctx)
 	n := store.Node{ID: id, Host: host, PID: os.Getpid(), DataDir: cfg.DataDir, Addr: addr, Version: api.Version, StartedAt: now, HeartbeatAt: now,
 		Lease: 3 * every, Shared: cfg.NodeShared}
 	// Registered even when a stop is already asked for: the stop is
@@ -106,9 +113,9 @@ func runNode(ctx context.Context, st store.Store, cfg config.Config, addr string
 				return
 			case <-t.C:
 			}
-			if err := st.HeartbeatNode(beatCtx, id, time.Now().UTC()); errors.Is(err, errdefs.ErrNotFound) {
+			if err := st.HeartbeatNode(beatCtx, id, clock(beatCtx)); errors.Is(err, errdefs.ErrNotFound) {
 				// Removed behind our back: register again.
-				n.HeartbeatAt = time.Now().UTC()
+				n.HeartbeatAt = clock(beatCtx)
 				err = st.RegisterNode(beatCtx, n)
 			} else if err != nil && beatCtx.Err() == nil {
 				log.Warn("node heartbeat failed", "node_id", id, "err", err)
@@ -121,7 +128,7 @@ func runNode(ctx context.Context, st store.Store, cfg config.Config, addr string
 		<-done
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
-		if err := st.StopNode(sctx, id, time.Now().UTC()); err != nil {
+		if err := st.StopNode(sctx, id, clock(sctx)); err != nil {
 			log.Warn("recording the node's stop", "node_id", id, "err", err)
 		}
 	}, nil

@@ -13,7 +13,16 @@ import (
 
 // ListNodes lists the daemons sharing the store, judged now.
 func (m *Manager) ListNodes(ctx context.Context) ([]store.Node, error) {
-	return m.st.ListNodes(ctx, time.Now().UTC())
+	return m.st.ListNodes(ctx, m.clock(ctx))
+}
+
+// clock is the store's time (see store.NodeStore.Clock), or this
+// machine's when the store does not answer.
+func (m *Manager) clock(ctx context.Context) time.Time {
+	if t, err := m.st.Clock(ctx); err == nil {
+		return t
+	}
+	return time.Now().UTC()
 }
 
 // TakeOver is what a surviving node does about the nodes whose heartbeat
@@ -30,7 +39,12 @@ func (m *Manager) TakeOver(ctx context.Context) (lost, adopted []string, err err
 	if m.cfg.NodeID == "" {
 		return nil, nil, nil
 	}
-	now := time.Now().UTC()
+	// The store's clock, which is also the beats': another machine's
+	// skew must not make a live node look lost.
+	now, err := m.st.Clock(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	nodes, err := m.st.ListNodes(ctx, now)
 	if err != nil {
 		return nil, nil, err

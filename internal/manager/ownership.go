@@ -67,7 +67,7 @@ func (m *Manager) notMine(ctx context.Context, kind, id, node string) error {
 
 // nodeName describes a node for an error: its ID, address and state.
 func nodeName(ctx context.Context, st store.Store, id string) string {
-	nodes, err := st.ListNodes(ctx, time.Now().UTC())
+	nodes, err := st.ListNodes(ctx, clockOf(ctx, st))
 	if err != nil {
 		return id
 	}
@@ -77,6 +77,14 @@ func nodeName(ctx context.Context, st store.Store, id string) string {
 		}
 	}
 	return id + " (not registered)"
+}
+
+// clockOf is st's clock, or this machine's when it does not answer.
+func clockOf(ctx context.Context, st store.Store) time.Time {
+	if t, err := st.Clock(ctx); err == nil {
+		return t
+	}
+	return time.Now().UTC()
 }
 
 // Owner is where requests about an object go: the node that owns it.
@@ -137,7 +145,7 @@ func (m *Manager) ownerOf(ctx context.Context, node string) (Owner, error) {
 	if m.mine(node) {
 		return Owner{Node: m.cfg.NodeID, Self: true}, nil
 	}
-	nodes, err := m.st.ListNodes(ctx, time.Now().UTC())
+	nodes, err := m.st.ListNodes(ctx, m.clock(ctx))
 	if err != nil {
 		return Owner{}, err
 	}
@@ -156,7 +164,7 @@ func (m *Manager) Place(ctx context.Context) (Owner, error) {
 	if m.cfg.NodeID == "" {
 		return self, nil
 	}
-	nodes, err := m.st.ListNodes(ctx, time.Now().UTC())
+	nodes, err := m.st.ListNodes(ctx, m.clock(ctx))
 	if err != nil {
 		return Owner{}, err
 	}

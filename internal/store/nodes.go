@@ -32,6 +32,11 @@ type NodeStore interface {
 	// now (see NodeState) and its load (Workspaces, Sandboxes) counted.
 	ListNodes(ctx context.Context, now time.Time) ([]Node, error)
 
+	// Clock is the time by which nodes beat and judge each other: the
+	// database server's, so that nodes on machines whose clocks differ
+	// agree on whose lease has lapsed (SQLite: this machine's).
+	Clock(ctx context.Context) (time.Time, error)
+
 	// ClaimUnowned gives node every workspace and sandbox no node owns:
 	// rows made before nodes, by a daemon alone on its store. It returns
 	// how many rows it claimed.

@@ -56,6 +56,17 @@ func (s *Store) ListNodes(ctx context.Context, now time.Time) ([]store.Node, err
 	return out, classify(rows.Err(), "listing nodes")
 }
 
+func (s *Store) Clock(ctx context.Context) (time.Time, error) {
+	if s.d.name != "postgres" {
+		return time.Now().UTC(), nil
+	}
+	var t time.Time
+	if err := s.db.QueryRowContext(ctx, `SELECT clock_timestamp()`).Scan(&t); err != nil {
+		return time.Time{}, classify(err, "reading the database's clock")
+	}
+	return t.UTC(), nil
+}
+
 func (s *Store) ClaimUnowned(ctx context.Context, node string) (int, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {

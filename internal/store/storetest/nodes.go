@@ -234,6 +234,11 @@ func testOwnership(t *testing.T, s store.Store) {
 		t.Errorf("UpdateWorkspace moved the workspace back to node_b")
 	}
 
+	// The store's clock is a clock (the server is on this machine).
+	if c, err := s.Clock(ctx); err != nil || c.Sub(time.Now()).Abs() > time.Minute || c.Location() != time.UTC {
+		t.Errorf("Clock = %v, %v; want about now, in UTC", c, err)
+	}
+
 	// The first value stored wins.
 	v1, err := s.ClusterValue(ctx, "k", "first")
 	if err != nil {
