@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -267,5 +268,24 @@ func TestForwardedStreams(t *testing.T) {
 	}
 	if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a forged forwarded request: %v, %v", resp.Status, err)
+	}
+
+	// New work goes to the less loaded node: asked of A, which holds a
+	// workspace and a sandbox, B makes it. Removing the repo with force
+	// through A removes the workspaces of both.
+	ws2, err := ca.CreateWorkspace(t.Context(), client.CreateWorkspace{Repo: src.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nodeB := oneNode(t, dataB, b); ws2.Node != nodeB {
+		t.Errorf("a workspace asked of the loaded node was placed on %s, want the idle %s", ws2.Node, nodeB)
+	}
+	if _, err := ca.RemoveRepo(t.Context(), ws.RepoID, true); err != nil {
+		t.Fatalf("removing the repo with its workspaces on both nodes: %v", err)
+	}
+	for _, id := range []string{ws.ID, ws2.ID} {
+		if _, err := cb.GetWorkspace(t.Context(), id); !errors.Is(err, client.ErrNotFound) {
+			t.Errorf("workspace %s after its repo was removed with force: %v", id, err)
+		}
 	}
 }

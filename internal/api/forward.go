@@ -79,8 +79,9 @@ type forwarder struct {
 	self string
 	key  []byte
 	mu   sync.Mutex
-	// proxies by node address.
-	proxies map[string]*httputil.ReverseProxy
+	// proxies by node address, and the transports under them.
+	proxies    map[string]*httputil.ReverseProxy
+	transports map[string]http.RoundTripper
 }
 
 // sign returns the signature of a forwarded request.
@@ -159,10 +160,70 @@ func (f *forwarder) proxy(addr string) (*httputil.ReverseProxy, error) {
 		},
 	}
 	if f.proxies == nil {
-		f.proxies = map[string]*httputil.ReverseProxy{}
+		f.proxies, f.transports = map[string]*httputil.ReverseProxy{}, map[string]http.RoundTripper{}
 	}
-	f.proxies[addr] = p
+	f.proxies[addr], f.transports[addr] = p, tr
 	return p, nil
+}
+
+// signHeaders sets the headers of a request forwarded to node to.
+func (f *forwarder) signHeaders(h http.Header, method, uri, to, principal string) {
+	for _, k := range []string{"Authorization", hdrFrom, hdrTo, hdrTime, hdrPrincipal, hdrSig} {
+		h.Del(k)
+	}
+	at := strconv.FormatInt(time.Now().Unix(), 10)
+	h.Set(hdrFrom, f.self)
+	h.Set(hdrTo, to)
+	h.Set(hdrTime, at)
+	h.Set(hdrPrincipal, principal)
+	h.Set(hdrSig, f.sign(method, uri, at, f.self, to, principal))
+}
+
+// call makes a request of this node's own to node to, signed as for the
+// principal of the request it serves, and fails unless it succeeds.
+func (s *Server) call(ctx context.Context, to manager.Owner, method, uri string) error {
+	if to.State != apitypes.NodeUp {
+		return fmt.Errorf("node %s (%s) is %s: %w", to.Node, to.Addr, to.State, errdefs.ErrUnavailable)
+	}
+	if _, err := s.fwd.proxy(to.Addr); err != nil {
+		return err
+	}
+	s.fwd.mu.Lock()
+	tr := s.fwd.transports[to.Addr]
+	s.fwd.mu.Unlock()
+	req, err := http.NewRequestWithContext(ctx, method, "http://agentbox"+uri, nil)
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(to.Addr, "tcp://") {
+		req.URL.Host = strings.TrimPrefix(to.Addr, "tcp://")
+		req.Host = req.URL.Host
+	}
+	s.fwd.signHeaders(req.Header, method, uri, to.Node, s.principal())
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return fmt.Errorf("%s %s on node %s: %w", method, uri, to.Node, errors.Join(err, errdefs.ErrUnavailable))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		return nil
+	}
+	var body ErrorBody
+	json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body)
+	err = fmt.Errorf("%s %s on node %s: %s: %s", method, uri, to.Node, resp.Status, body.Error.Message)
+	if resp.StatusCode == http.StatusNotFound {
+		err = errors.Join(err, errdefs.ErrNotFound)
+	}
+	return err
+}
+
+// principal is who this node lets in: the token's holder, or anyone on
+// the unix socket when no token is set.
+func (s *Server) principal() string {
+	if s.token != "" {
+		return principalToken
+	}
+	return principalLocal
 }
 
 // forward sends r to the node that owns its object and copies the reply.
@@ -180,20 +241,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, to manager.Owne
 	out := r.Clone(r.Context())
 	// The caller's credentials stay here: the owner trusts this node's
 	// signature for the principal it authenticated.
-	out.Header.Del("Authorization")
-	for _, h := range []string{hdrFrom, hdrTo, hdrTime, hdrPrincipal, hdrSig} {
-		out.Header.Del(h)
-	}
-	principal := principalLocal
-	if s.token != "" {
-		principal = principalToken
-	}
-	at := strconv.FormatInt(time.Now().Unix(), 10)
-	out.Header.Set(hdrFrom, s.fwd.self)
-	out.Header.Set(hdrTo, to.Node)
-	out.Header.Set(hdrTime, at)
-	out.Header.Set(hdrPrincipal, principal)
-	out.Header.Set(hdrSig, s.fwd.sign(r.Method, r.URL.RequestURI(), at, s.fwd.self, to.Node, principal))
+	s.fwd.signHeaders(out.Header, r.Method, r.URL.RequestURI(), to.Node, s.principal())
 	// A command's input and output stream at once (exec with NDJSON
 	// stdin): this side must read the body while it writes the reply.
 	http.NewResponseController(w).EnableFullDuplex()
@@ -275,6 +323,28 @@ func (s *Server) ownerFunc(method, pattern string) func(*http.Request) (manager.
 		return func(r *http.Request) (manager.Owner, error) { return m.CandidateOwner(r.Context(), r.PathValue("id")) }
 	case method == "POST" && pattern == "/v1/solve/{id}/cancel":
 		return func(r *http.Request) (manager.Owner, error) { return m.SolveRunOwner(r.Context(), r.PathValue("id")) }
+	}
+	return nil
+}
+
+// removeElsewhere removes the workspaces of repo that other nodes own,
+// through them.
+func (s *Server) removeElsewhere(ctx context.Context, repo string) error {
+	wss, err := s.m.ListWorkspaces(ctx, manager.ListFilter{Repo: repo})
+	if err != nil {
+		return err
+	}
+	for _, w := range wss {
+		to, err := s.m.WorkspaceOwner(ctx, w.ID)
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound) || err == nil && to.Self:
+			continue
+		case err != nil:
+			return err
+		}
+		if err := s.call(ctx, to, "DELETE", "/v1/workspaces/"+w.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
 	}
 	return nil
 }
