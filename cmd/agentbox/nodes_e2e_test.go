@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -220,6 +221,15 @@ func TestForwardedStreams(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "event: stdout") || !strings.Contains(string(body), "event: result") ||
 		resp.Header.Get("X-Agentbox-Node") != nodeA {
 		t.Errorf("SSE exec through the other node: %s (served by %q)\n%s", resp.Status, resp.Header.Get("X-Agentbox-Node"), body)
+	}
+	// One request ID, the same on both nodes: the exec's events name it.
+	rid := resp.Header.Values("X-Request-Id")
+	if len(rid) != 1 {
+		t.Fatalf("request IDs of a forwarded request: %q", rid)
+	}
+	evs, err := ca.Events(t.Context(), client.EventFilter{Workspace: ws.ID})
+	if err != nil || !slices.ContainsFunc(evs, func(e client.Event) bool { return strings.Contains(e.Detail, rid[0]) }) {
+		t.Errorf("no event of the owner names the forwarded request %s (%v)", rid[0], err)
 	}
 
 	// A shell through B.

@@ -115,6 +115,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	reqID := ids.New("req")
+	if v := r.Header.Get("X-Request-Id"); forwarded(r) && ids.HasPrefix(v, "req") && len(v) <= 64 {
+		// One request, one ID, in the logs and events of both nodes.
+		reqID = v
+	}
 	w.Header().Set("X-Request-Id", reqID)
 	ctx, scope := logx.NewScope(r.Context(), slog.String(logx.KeyRequest, reqID))
 	rec := httpx.NewStatusRecorder(w)

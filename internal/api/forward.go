@@ -152,6 +152,12 @@ func (f *forwarder) proxy(addr string) (*httputil.ReverseProxy, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", host, host
 		},
+		// The reply's request ID is this node's already (the owner used
+		// it too).
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Del("X-Request-Id")
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the caller went away
@@ -242,6 +248,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, to manager.Owne
 	// The caller's credentials stay here: the owner trusts this node's
 	// signature for the principal it authenticated.
 	s.fwd.signHeaders(out.Header, r.Method, r.URL.RequestURI(), to.Node, s.principal())
+	out.Header.Set("X-Request-Id", w.Header().Get("X-Request-Id"))
 	// A command's input and output stream at once (exec with NDJSON
 	// stdin): this side must read the body while it writes the reply.
 	http.NewResponseController(w).EnableFullDuplex()
