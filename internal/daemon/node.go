@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,6 +80,9 @@ func runNode(ctx context.Context, st store.Store, cfg config.Config, addr string
 	}
 	if cfg.NodeAddr != "" {
 		addr = cfg.NodeAddr
+	} else if host, _, _ := net.SplitHostPort(strings.TrimPrefix(addr, "tcp://")); strings.HasPrefix(addr, "tcp://") && cfg.Store != "" &&
+		(host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified()) {
+		log.Warn("this node listens on every address and has no node_addr: nodes on other machines cannot reach it to forward requests", "addr", addr)
 	}
 	every := cfg.NodeHeartbeat.Duration
 	host, _ := os.Hostname()
