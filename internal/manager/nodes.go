@@ -85,7 +85,16 @@ func (m *Manager) TakeOver(ctx context.Context) (lost, adopted []string, err err
 		if !self.Shared || !n.Shared || n.Workspaces == 0 {
 			continue
 		}
-		wss, err := m.st.AdoptWorkspaces(ctx, n.ID, m.cfg.NodeID, now)
+		// Each shared survivor takes its share per pass; what is left
+		// goes at the next passes.
+		shared := 0
+		for _, o := range nodes {
+			if o.State == apitypes.NodeUp && o.Shared {
+				shared++
+			}
+		}
+		share := (n.Workspaces + shared - 1) / max(shared, 1)
+		wss, err := m.st.AdoptWorkspaces(ctx, n.ID, m.cfg.NodeID, now, share)
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -48,12 +48,14 @@ type NodeStore interface {
 	// are one guarded update: of two nodes doing it at once, each sandbox
 	// is marked by one, and a node that beat meanwhile keeps its own.
 	MarkNodeLost(ctx context.Context, node string, now time.Time, actor string) ([]string, error)
-	// AdoptWorkspaces gives to the ready workspaces of the copy driver
-	// without a disk quota (plain directories) that node from owns, if
-	// from is lost at now and registered as shared, and returns them; an
-	// "workspace.adopted" event records each. Two adopters never take the
-	// same workspace: the update is guarded by its owner.
-	AdoptWorkspaces(ctx context.Context, from, to string, now time.Time) ([]Workspace, error)
+	// AdoptWorkspaces gives to node to at most limit (0: all) of the
+	// ready workspaces of the copy driver without a disk quota (plain
+	// directories) that node from owns, if from is lost at now and
+	// registered as shared, and returns them; a "workspace.adopted" event
+	// records each. Two adopters never take the same workspace: the
+	// update is guarded by its owner. The limit lets each survivor take
+	// its share.
+	AdoptWorkspaces(ctx context.Context, from, to string, now time.Time, limit int) ([]Workspace, error)
 	// ClusterValue returns the cluster-wide value named name, storing
 	// value first when there is none: the first node to ask sets it for
 	// all.

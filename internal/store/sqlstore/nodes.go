@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"math"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/store"
@@ -134,7 +135,7 @@ func (s *Store) MarkNodeLost(ctx context.Context, node string, now time.Time, ac
 	return ids, classify(tx.Commit(), what)
 }
 
-func (s *Store) AdoptWorkspaces(ctx context.Context, from, to string, now time.Time) ([]store.Workspace, error) {
+func (s *Store) AdoptWorkspaces(ctx context.Context, from, to string, now time.Time, limit int) ([]store.Workspace, error) {
 	what := "adopting the workspaces of node " + from
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -144,10 +145,16 @@ func (s *Store) AdoptWorkspaces(ctx context.Context, from, to string, now time.T
 	if err := s.lockEvents(ctx, tx); err != nil {
 		return nil, classify(err, what)
 	}
+	if limit <= 0 {
+		limit = math.MaxInt32
+	}
+	// The events lock (above) makes adopters take turns: the next one
+	// sees what this one moved.
 	rows, err := tx.QueryContext(ctx, `UPDATE workspaces SET node_id = $4, updated_at = $2
-		WHERE node_id = $1 AND state = 'ready' AND driver = 'copy' AND disk_quota = 0 AND `+nodeLost+`
+		WHERE id IN (SELECT id FROM workspaces WHERE node_id = $1 AND state = 'ready' AND driver = 'copy' AND disk_quota = 0 ORDER BY id LIMIT $5)
+		AND node_id = $1 AND `+nodeLost+`
 		AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.shared = 1)
-		RETURNING `+wsCols, from, ts(now), store.NodeLease.Milliseconds(), to)
+		RETURNING `+wsCols, from, ts(now), store.NodeLease.Milliseconds(), to, limit)
 	if err != nil {
 		return nil, classify(err, what)
 	}

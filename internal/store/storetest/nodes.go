@@ -99,11 +99,12 @@ func testOwnership(t *testing.T, s store.Store) {
 	if w, _ := s.GetWorkspace(ctx, "ws_old"); w.Node != "node_a" {
 		t.Errorf("claimed workspace owned by %q", w.Node)
 	}
-	// node_b: two copy workspaces (one with a quota), one overlay, and
+	// node_b: four copy workspaces (one with a quota), one overlay, and
 	// 20 running sandboxes and a stopped one; node_c one workspace.
-	for i, w := range []store.Workspace{ws("ws_b1", "repo_o", ""), ws("ws_b2", "repo_o", ""), ws("ws_b3", "repo_o", ""), ws("ws_c1", "repo_o", "")} {
+	for i, w := range []store.Workspace{ws("ws_b1", "repo_o", ""), ws("ws_b2", "repo_o", ""), ws("ws_b3", "repo_o", ""), ws("ws_c1", "repo_o", ""),
+		ws("ws_b4", "repo_o", ""), ws("ws_b5", "repo_o", "")} {
 		w.Node = "node_b"
-		if i < 2 {
+		if i < 2 || i > 3 {
 			w.Driver = "copy"
 		}
 		if i == 1 {
@@ -143,7 +144,7 @@ func testOwnership(t *testing.T, s store.Store) {
 			t.Errorf("node %s lease %s, want %s", n.ID, n.Lease, lease)
 		}
 	}
-	if diff := cmp.Diff(map[string][2]int{"node_a": {1, 1}, "node_b": {3, 20}, "node_c": {1, 0}}, load); diff != "" {
+	if diff := cmp.Diff(map[string][2]int{"node_a": {1, 1}, "node_b": {5, 20}, "node_c": {1, 0}}, load); diff != "" {
 		t.Errorf("load (-want +got):\n%s", diff)
 	}
 
@@ -152,7 +153,7 @@ func testOwnership(t *testing.T, s store.Store) {
 	if got, err := s.MarkNodeLost(ctx, "node_b", within, "node node_a"); err != nil || len(got) != 0 {
 		t.Fatalf("MarkNodeLost within the lease = %v, %v", got, err)
 	}
-	if got, err := s.AdoptWorkspaces(ctx, "node_b", "node_a", within); err != nil || len(got) != 0 {
+	if got, err := s.AdoptWorkspaces(ctx, "node_b", "node_a", within, 0); err != nil || len(got) != 0 {
 		t.Fatalf("AdoptWorkspaces within the lease = %v, %v", got, err)
 	}
 	// Past it, node_a and node_c both try at once, several times: every
@@ -198,29 +199,45 @@ func testOwnership(t *testing.T, s store.Store) {
 		t.Errorf("MarkNodeLost of a live node = %v, %v", got, err)
 	}
 
-	// Adoption: only the plain copy workspace of the lost shared node,
-	// by one adopter.
+	// Adoption: only the plain copy workspaces of the lost shared node,
+	// each by one adopter; two adopting at once, one at a time, take one
+	// each, and the next pass takes the last.
+	var mu2 sync.Mutex
 	var adopted []string
-	for _, to := range []string{"node_a", "node_c", "node_a"} {
-		got, err := s.AdoptWorkspaces(ctx, "node_b", to, past)
+	adopt := func(to string, limit int) {
+		got, err := s.AdoptWorkspaces(ctx, "node_b", to, past, limit)
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
 		}
+		mu2.Lock()
+		defer mu2.Unlock()
 		for _, w := range got {
 			if w.Node != to {
 				t.Errorf("adopted %s reported owned by %s, want %s", w.ID, w.Node, to)
 			}
 			adopted = append(adopted, w.ID)
 		}
+		if len(got) > limit && limit > 0 {
+			t.Errorf("adopted %d workspaces with a limit of %d", len(got), limit)
+		}
 	}
-	if diff := cmp.Diff([]string{"ws_b1"}, adopted); diff != "" {
+	wg.Go(func() { adopt("node_a", 1) })
+	wg.Go(func() { adopt("node_c", 1) })
+	wg.Wait()
+	if len(adopted) != 2 {
+		t.Errorf("two adopters with a limit of 1 took %v", adopted)
+	}
+	adopt("node_a", 0)
+	adopt("node_c", 0)
+	slices.Sort(adopted)
+	if diff := cmp.Diff([]string{"ws_b1", "ws_b4", "ws_b5"}, adopted); diff != "" {
 		t.Errorf("adopted (-want +got):\n%s", diff)
 	}
 	if w, _ := s.GetWorkspace(ctx, "ws_b2"); w.Node != "node_b" {
 		t.Errorf("workspace with a quota moved to %s", w.Node)
 	}
 	// node_c is not shared: lost or not, nobody adopts its workspaces.
-	if got, err := s.AdoptWorkspaces(ctx, "node_c", "node_a", past.Add(time.Hour)); err != nil || len(got) != 0 {
+	if got, err := s.AdoptWorkspaces(ctx, "node_c", "node_a", past.Add(time.Hour), 0); err != nil || len(got) != 0 {
 		t.Errorf("AdoptWorkspaces of an unshared node = %v, %v", got, err)
 	}
 	// An update of the workspace by its old owner does not take it back.
