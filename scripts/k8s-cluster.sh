@@ -162,9 +162,14 @@ EOF
 	if [[ ! -x $STATE/cni-bin/nonet || $HERE/k8s/nonet/main.go -nt $STATE/cni-bin/nonet ]]; then
 		(cd "$HERE/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$STATE/cni-bin/nonet" ./nonet)
 	fi
-	# The runsc handler: gVisor's own containerd shim (setup-k8s.sh builds it at the version of
-	# the runsc registered with dockerd), which runs a pod's containers in one sandbox, with
-	# the flags this machine's gVisor needs (as dockerd's registration has them).
+	# The runsc handler: gVisor's own containerd shim, which runs a pod's containers in one
+	# sandbox, with the flags this machine's gVisor needs (as dockerd's registration has
+	# them), when a shim built at the version of the runsc registered with dockerd is in the
+	# cache (`GOBIN=DIR CGO_ENABLED=0 go install gvisor.dev/gvisor/shim@VERSION`, renamed
+	# containerd-shim-runsc-v1). Not built by setup-k8s.sh: the shim sets its own
+	# oom_score_adj to -999, which root cannot here (it lacks CAP_SYS_RESOURCE: the machine is
+	# itself a sandbox), so it fails to start on this machine. The runc shim running runsc as
+	# its runtime does not work either: a pod's containers must share one gVisor sandbox.
 	local runsc shim=""
 	runsc=$(jq -r '.runtimes.runsc.path // empty' /etc/docker/daemon.json 2>/dev/null || true)
 	rm -f "$STATE/runsc"
