@@ -307,6 +307,8 @@ up() {
 	PATH="$STATE/bin:$PATH" start containerd containerd --config "$STATE/containerd/config.toml"
 	wait_for containerd 30 ctr --address "$CTRD_SOCK" version
 	import_images
+	# --allow-privileged as kubeadm has it: agentbox's own DaemonSet (deploy/kubernetes) is
+	# privileged; its sandbox pods never are.
 	start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:${ETCD_PORT}" \
 		--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
 		--tls-cert-file "$STATE/pki/apiserver.crt" --tls-private-key-file "$STATE/pki/apiserver.key" \
@@ -315,7 +317,7 @@ up() {
 		--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$STATE/pki/sa.pub" \
 		--service-account-signing-key-file "$STATE/pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
 		--kubelet-preferred-address-types InternalIP,Hostname \
-		--allow-privileged=false --profiling=false
+		--allow-privileged=true --profiling=false
 	wait_for kube-apiserver 90 kubectl get --raw /readyz
 	start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$STATE/admin.kubeconfig" \
 		--bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=false \
