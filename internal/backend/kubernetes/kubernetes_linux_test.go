@@ -128,4 +128,3 @@ func TestKubernetes(t *testing.T) {
 	t.Parallel()
 	backendtest.Run(t, harness(""))
 }
-
