@@ -167,7 +167,7 @@ func (a *Admitter) Admit(ctx context.Context, spec string) (apitypes.Dependency,
 	switch e.Ecosystem {
 	case EcosystemNPM:
 		dep.Path = ".agentbox/deps/" + npmFile(e.Name, e.Version)
-		dep.Install = "npm install --offline ./" + dep.Path
+		dep.Install = npmInstall(dep.Path, e.Name, e.Version)
 		body, dep.URL, dep.Size, err = a.fetchNPM(ctx, req, e, a.o.Manifest.sources[i], a.o.Manifest.digests[i])
 	default:
 		err = deny(req, "ecosystem %s is not supported", e.Ecosystem)
@@ -228,3 +228,23 @@ func redact(u *url.URL) string {
 	c.User, c.RawQuery, c.Fragment = nil, "", ""
 	return strconv.Quote(c.String())
 }
+
+// npmInstall is the command that installs an admitted npm artifact in the
+// sandbox, offline: the tarball goes into node_modules without a file:
+// reference in package.json, which then names the package at its pinned
+// version, as the change under review should (the tarball itself stays
+// out of every diff: see Manager.AddDependency). package.json is edited
+// by node with the name and version as arguments (npm pkg set would read
+// a dot in a name as nesting); the manifest has checked both against npm's
+// rules, so single quotes suffice.
+func npmInstall(path, name, version string) string {
+	return "npm install --offline --no-save --no-audit --no-fund ./" + path +
+		" && { [ ! -f package.json ] || node -e " + npmRecord + " '" + name + "' '" + version + "'; }"
+}
+
+// npmRecord sets dependencies[argv[1]] = argv[2] in ./package.json, in the
+// file's own indentation.
+const npmRecord = `'const fs = require("fs"), t = fs.readFileSync("package.json", "utf8"), p = JSON.parse(t);` +
+	` const ind = (t.match(/^[ \t]+(?=")/m) || ["  "])[0];` +
+	` (p.dependencies = p.dependencies || {})[process.argv[1]] = process.argv[2];` +
+	` fs.writeFileSync("package.json", JSON.stringify(p, null, ind) + "\n")'`

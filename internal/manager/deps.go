@@ -74,12 +74,22 @@ func (m *Manager) writeDependency(ctx context.Context, id, path string, body io.
 	if _, err := fs.Write(ctx, path, body, 0o644, true); err != nil {
 		return fmt.Errorf("workspace %s: writing %s: %w", id, path, err)
 	}
-	w, err := m.st.GetWorkspace(ctx, id)
-	if err == nil {
-		m.setDirty(ctx, w, true)
+	// The artifact is installed from, never part of the change: it stays
+	// out of diffs, commits and candidates (package.json names the
+	// package at its version instead).
+	w, drv, err := m.ready(ctx, id)
+	if err != nil {
+		return err
 	}
+	if err := m.git(w, drv).Exclude("/" + depsDir + "/"); err != nil {
+		return err
+	}
+	m.setDirty(ctx, w, true)
 	return nil
 }
+
+// depsDir is where admitted artifacts land in a workspace.
+const depsDir = ".agentbox/deps"
 
 // dependencyEvent records an admission, or a denial with its reason. A
 // failure that is no decision (the source unreachable) is recorded as a

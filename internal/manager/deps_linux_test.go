@@ -73,7 +73,7 @@ func TestDependencyAdmission(t *testing.T) {
 	// everything in the tarball.
 	var out, errb strings.Builder
 	res, err := h.m.Exec(ctx, w.ID, guest.ExecRequest{
-		Argv: []string{"sh", "-c", "cd /workspace && " + dep.Install + " --no-audit --no-fund --no-save >/dev/null && node -e 'console.log(require(\"pad-it\")(\"ok\", 5))'" +
+		Argv: []string{"sh", "-c", "cd /workspace && ( " + dep.Install + " ) >/dev/null && node -e 'console.log(require(\"pad-it\")(\"ok\", 5))'" +
 			" && node -e 'require(\"https\").get(\"https://registry.npmjs.org/\", () => console.log(\"REACHED\")).on(\"error\", e => console.log(\"offline:\", e.code))'"},
 		Env:     []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "npm_config_cache=/tmp/npm-cache"},
 		Timeout: 2 * time.Minute,
@@ -83,6 +83,17 @@ func TestDependencyAdmission(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || lines[0] != "***ok" || !strings.HasPrefix(lines[1], "offline:") {
 		t.Errorf("in the sandbox: %q, want the package's output and no network", out.String())
+	}
+	// The artifact is installed from, not part of the change: no status
+	// or diff names it.
+	st, err := h.m.Status(ctx, w.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range st.Changes {
+		if strings.HasPrefix(c.Path, ".agentbox/") {
+			t.Errorf("the workspace's status names the artifact: %+v", c)
+		}
 	}
 
 	// Denials: nothing is written, each is recorded with its reason.

@@ -98,7 +98,7 @@ func (e WorkspaceEnv) AddDependency(ctx context.Context, spec string) (apitypes.
 	if err != nil {
 		return d, errors.New(errdefs.Message(err))
 	}
-	out, err := e.Exec(ctx, d.Install+" --no-audit --no-fund", dependencyInstall)
+	out, err := e.Exec(ctx, d.Install, dependencyInstall)
 	if err != nil {
 		return d, fmt.Errorf("dependency %s admitted, but installing it failed: %w", spec, err)
 	}

@@ -557,3 +557,40 @@ func (g Git) exportObjects(ctx context.Context, uid, gid int) error {
 		return err
 	})
 }
+
+// Exclude keeps paths matching pattern (a gitignore pattern, rooted at the
+// workspace's top with a leading slash) out of every status, diff and
+// commit of the workspace, through the host-side git dir's info/exclude,
+// which nothing in the sandbox can reach. A pattern already there is not
+// added twice.
+func (g Git) Exclude(pattern string) error {
+	if pattern == "" || strings.ContainsAny(pattern, "\n\r") {
+		return errdefs.Invalid("exclude pattern %q", pattern)
+	}
+	dir := filepath.Join(HostGitDir(g.Dir), "info")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("workspace %s: %w", filepath.Base(g.Dir), err)
+	}
+	f := filepath.Join(dir, "exclude")
+	old, err := os.ReadFile(f)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("workspace %s: %w", filepath.Base(g.Dir), err)
+	}
+	for _, l := range strings.Split(string(old), "\n") {
+		if l == pattern {
+			return nil
+		}
+	}
+	if len(old) > 0 && old[len(old)-1] != '\n' {
+		old = append(old, '\n')
+	}
+	tmp := f + ".tmp"
+	if err := os.WriteFile(tmp, append(old, pattern+"\n"...), 0o600); err != nil {
+		return fmt.Errorf("workspace %s: %w", filepath.Base(g.Dir), err)
+	}
+	if err := os.Rename(tmp, f); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("workspace %s: %w", filepath.Base(g.Dir), err)
+	}
+	return nil
+}
