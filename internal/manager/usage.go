@@ -111,6 +111,11 @@ func eventArgv(raw string) []string {
 	if json.Unmarshal([]byte(raw), &argv) != nil {
 		return nil
 	}
+	return shortArgv(argv)
+}
+
+// shortArgv cuts argv (in place) as eventArgv does.
+func shortArgv(argv []string) []string {
 	if len(argv) > 32 {
 		argv = append(argv[:31:31], fmt.Sprintf("… (%d more)", len(argv)-31))
 	}
