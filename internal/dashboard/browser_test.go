@@ -233,6 +233,62 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("process %s: %v %v", proc.ID, p.State, err)
 	}
 
+	// An ordinary exec, not detached, run by the Go client: its output
+	// reaches the page live through the daemon's ring (the page is not
+	// the client that runs it), and another client follows it by ID.
+	var execOut syncBuffer
+	execDone := make(chan error, 1)
+	go func() {
+		_, err := d.CL.Exec(ctx, ws.ID, client.Exec{Argv: []string{"sh", "-c",
+			`echo '` + hostileExecOutput + `'; echo exec-first-line; while [ ! -e /tmp/exec-go-on ]; do sleep 0.1; done; echo exec-second-line-live`, hostileArg}}, &execOut, &execOut)
+		execDone <- err
+	}()
+	b.waitFor(t, "the exec's first line", `(document.getElementById('live-output')||{}).textContent?.includes('exec-first-line')`)
+	if eval[bool](t, b, `document.getElementById('live-output').textContent.includes('exec-second-line-live')`) {
+		t.Fatal("the exec's second line is shown before it could print it")
+	}
+	if !eval[bool](t, b, `/^exec/.test(document.getElementById('live-head').textContent) && /running/.test(document.getElementById('live-head').textContent)`) {
+		t.Errorf("the live output's head is %q, want the running exec", eval[string](t, b, `document.getElementById('live-head').textContent`))
+	}
+	var running client.LiveExec
+	if les, err := d.CL.LiveExecs(ctx, ws.ID); err != nil {
+		t.Fatalf("live execs: %v", err)
+	} else {
+		for _, e := range les {
+			if e.State == "running" && strings.Contains(strings.Join(e.Argv, " "), "exec-first-line") {
+				running = e
+			}
+		}
+	}
+	if running.ID == "" {
+		t.Fatal("the running exec is not among the workspace's live execs")
+	}
+	followed := make(chan string, 1)
+	go func() {
+		var got strings.Builder
+		end, err := d.CL.FollowLiveExecOutput(ctx, running.ID, client.LogOptions{}, func(l client.ProcessLogs) error {
+			got.WriteString(l.Data)
+			return nil
+		})
+		followed <- fmt.Sprintf("%s|state=%s exit=%d err=%v", got.String(), end.State, end.ExitCode, err)
+	}()
+	b.shot(t, "tasks-exec-live")
+	if _, err := d.CL.ExecBuffered(ctx, ws.ID, client.Exec{Argv: []string{"touch", "/tmp/exec-go-on"}}, nil); err != nil {
+		t.Fatalf("touch: %v", err)
+	}
+	b.waitFor(t, "the exec's second line, live", `document.getElementById('live-output').textContent.includes('exec-second-line-live')`)
+	b.waitFor(t, "the exec shown ended", `/exited exit 0/.test(document.getElementById('live-head').textContent)`)
+	if err := <-execDone; err != nil {
+		t.Fatalf("the exec: %v", err)
+	}
+	if !strings.Contains(execOut.String(), "exec-second-line-live") {
+		t.Errorf("the client running the exec got %q", execOut.String())
+	}
+	if got := <-followed; !strings.Contains(got, "exec-first-line\nexec-second-line-live\n|state=exited exit=0 err=<nil>") {
+		t.Errorf("another client following the exec by ID got %q", got)
+	}
+	b.noInjection(t, "tasks, exec", hostileExecOutput, hostileArg)
+
 	// A workspace: files (a hostile name), the viewer, the diff.
 	b.goTo(t, "#/ws/"+ws.ID, "ws")
 	b.waitFor(t, "diff", `document.getElementById('diff')?.textContent.includes('dashboard-diff-marker')`)

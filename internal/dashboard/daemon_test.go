@@ -124,6 +124,8 @@ const (
 	hostileBranch = `feat/<img/src=x/onerror=alert(2)>`
 	hostileOutput = `<script>alert("out")</script>`
 	hostileArg    = `<img src=x onerror=alert(3)>`
+	// hostileExecOutput is an ordinary exec's output, shown live.
+	hostileExecOutput = `<img src=x onerror=alert("exec")><b>exec</b>`
 )
 
 // hostileWorkspace is a workspace whose task label, branch, files,

@@ -343,22 +343,35 @@
     return rows.length ? el("div", { class: "table-wrap" }, t) : el("p", { class: "muted" }, "no commands in the recent events");
   }
 
-  // processPanel lists a workspace's background processes and follows
-  // the output of the one chosen (the newest running one at first).
+  // processPanel lists a workspace's commands whose output the daemon
+  // keeps, background processes and ordinary execs alike, and follows the
+  // output of the one chosen: the newest running one, until one is
+  // chosen by hand or while the one followed still runs. Execs come from
+  // a stream of the workspace's execs as they start and end.
+  const MAX_EXEC_ROWS = 50;
   function processPanel(wsID) {
-    const box = el("section", { class: "card processes", "aria-label": "Processes" }, el("h2", {}, "Processes and live output"));
+    const box = el("section", { class: "card processes", "aria-label": "Processes" }, el("h2", {}, "Commands and live output"));
     const list = el("div", {});
-    const head = el("p", { class: "muted" }, "");
+    const head = el("p", { class: "muted", id: "live-head" }, "");
     const out = el("pre", { class: "output", id: "live-output", "aria-live": "off", tabindex: "0" });
     box.append(list, head, out);
-    let ctl = null, chosen = "";
-    function follow(p) {
+    const wsEnc = encodeURIComponent(wsID);
+    let ctl = null, chosen = "", running = false, pinned = false;
+    let procs = [];
+    const execs = new Map(); // exec ID -> the exec as last seen, the last MAX_EXEC_ROWS
+    const ended = (x) => (x.kind === "exec" ? x.exec : x.process);
+    function showHead(x, v) {
+      clear(head).append(el("span", { class: "muted" }, x.kind, " "), el("span", { class: "mono" }, (v.argv || []).join(" ")), " ", badge(v.state),
+        v.state !== "running" ? ` exit ${v.exit_code}` : "");
+    }
+    function follow(x, byHand) {
       if (ctl) ctl.abort();
       ctl = new AbortController();
-      chosen = p.id;
+      chosen = x.id;
+      running = x.state === "running";
+      pinned = pinned || !!byHand;
       clear(out);
-      head.textContent = "";
-      head.append(el("span", { class: "mono" }, p.argv.join(" ")), " ", badge(p.state));
+      showHead(x, x);
       let size = 0;
       const add = (cls, text) => {
         out.append(el("span", { class: cls }, text));
@@ -366,34 +379,66 @@
         while (size > MAX_OUTPUT && out.firstChild) { size -= out.firstChild.textContent.length; out.removeChild(out.firstChild); }
         out.scrollTop = out.scrollHeight;
       };
-      const base = `/v1/workspaces/${encodeURIComponent(wsID)}/processes/${encodeURIComponent(p.id)}/logs?follow=true&offset=-65536&stream=`;
+      const base = x.kind === "exec" ? `/v1/execs/${encodeURIComponent(x.id)}/output?follow=true&offset=-65536&stream=`
+        : `/v1/workspaces/${wsEnc}/processes/${encodeURIComponent(x.id)}/logs?follow=true&offset=-65536&stream=`;
+      const mine = ctl;
       for (const stream of ["stdout", "stderr"]) {
         ndjson(base + stream, ctl.signal, (l) => {
           if (l.data) add(stream, l.data);
           else if (l.data_b64) add(stream, atob(l.data_b64));
-          if (l.process && stream === "stdout") { clear(head); head.append(el("span", { class: "mono" }, l.process.argv.join(" ")), " ", badge(l.process.state), ` exit ${l.process.exit_code}`); }
+          const v = ended(Object.assign({ kind: x.kind }, l));
+          if (v && stream === "stdout" && mine === ctl) { running = false; showHead(x, v); }
         }).catch((e) => { if (e.name !== "AbortError") add("stderr", "\n[" + e.message + "]\n"); });
       }
     }
+    function rows() {
+      const all = procs.map((p) => Object.assign({ kind: "process" }, p))
+        .concat([...execs.values()].map((e) => Object.assign({ kind: "exec" }, e)));
+      all.sort((a, b) => (a.started_at < b.started_at ? 1 : -1));
+      return all;
+    }
+    function draw() {
+      const all = rows();
+      clear(list);
+      if (!all.length) { list.append(el("p", { class: "muted" }, "no commands running or recently ended")); return; }
+      const t = el("table", {}, el("tr", {}, el("th", {}, "kind"), el("th", {}, "id"), el("th", {}, "command"), el("th", {}, "state"), el("th", {}, "")));
+      for (const x of all.slice(0, MAX_EXEC_ROWS)) {
+        const attrs = { type: "button" };
+        attrs[x.kind === "exec" ? "data-exec" : "data-process"] = x.id;
+        const b = el("button", attrs, chosen === x.id ? "following" : "follow");
+        b.addEventListener("click", () => { follow(x, true); draw(); });
+        t.append(el("tr", {}, el("td", {}, x.kind), el("td", { class: "mono" }, short(x.id)), el("td", { class: "mono" }, (x.argv || []).join(" ")),
+          el("td", {}, badge(x.state), x.kind === "exec" && !x.ring_bytes ? el("span", { class: "muted" }, " (output not kept)") : null), el("td", {}, b)));
+      }
+      list.append(el("div", { class: "table-wrap" }, t));
+    }
+    // maybeFollow follows x, a running command, when none is followed,
+    // or the one followed has ended and was not chosen by hand.
+    function maybeFollow(x) {
+      if (!chosen || (!running && !pinned && x.id !== chosen)) follow(x);
+    }
     async function load() {
       try {
-        const ps = (await api(`/v1/workspaces/${encodeURIComponent(wsID)}/processes`)).processes || [];
-        clear(list);
-        if (!ps.length) { list.append(el("p", { class: "muted" }, "no background processes")); return; }
-        const t = el("table", {}, el("tr", {}, el("th", {}, "process"), el("th", {}, "command"), el("th", {}, "state"), el("th", {}, "")));
-        for (const p of ps) {
-          const b = el("button", { type: "button", "data-process": p.id }, chosen === p.id ? "following" : "follow");
-          b.addEventListener("click", () => { follow(p); load(); });
-          t.append(el("tr", {}, el("td", { class: "mono" }, short(p.id)), el("td", { class: "mono" }, p.argv.join(" ")), el("td", {}, badge(p.state)), el("td", {}, b)));
-        }
-        list.append(el("div", { class: "table-wrap" }, t));
-        if (!chosen) follow(ps.find((p) => p.state === "running") || ps[0]);
+        procs = (await api(`/v1/workspaces/${wsEnc}/processes`)).processes || [];
+        const r = procs.find((p) => p.state === "running");
+        if (r) maybeFollow(Object.assign({ kind: "process" }, r));
+        else if (!chosen && procs.length) follow(Object.assign({ kind: "process" }, procs[0]));
+        draw();
       } catch (e) { clear(list).append(errorBox(e)); }
     }
+    const redraw = debounce(draw, 200);
+    const streamCtl = new AbortController();
+    ndjson(`/v1/workspaces/${wsEnc}/execs?follow=true`, streamCtl.signal, (e) => {
+      execs.delete(e.id);
+      execs.set(e.id, e);
+      while (execs.size > MAX_EXEC_ROWS) execs.delete(execs.keys().next().value);
+      if (e.state === "running") maybeFollow(Object.assign({ kind: "exec" }, e));
+      redraw();
+    }).catch((e) => { if (e.name !== "AbortError") list.append(errorBox(e)); });
     load();
     const again = debounce(load, 300);
     const off = bus.on((ev) => { if (ev.workspace_id === wsID && /^(process|exec)\./.test(ev.type)) again(); });
-    box.cleanup = () => { off(); again.cancel(); if (ctl) ctl.abort(); };
+    box.cleanup = () => { off(); again.cancel(); redraw.cancel(); streamCtl.abort(); if (ctl) ctl.abort(); };
     return box;
   }
 
