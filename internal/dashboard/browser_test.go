@@ -189,6 +189,14 @@ func TestDashboardBrowser(t *testing.T) {
 	b := newBrowser(t)
 	ctx := t.Context()
 
+	// A run of the agent loop with a scripted model that reports what
+	// its calls cost; it runs while the test goes on, and the usage page
+	// shows its tokens and cost.
+	run, err := d.CL.Solve(ctx, client.SolveRequest{Repo: ws.RepoID, Task: hostileSolveTask, Test: "true", Model: "scripted", Script: solveScript})
+	if err != nil {
+		t.Fatalf("solve: %v", err)
+	}
+
 	// A background process whose command and output hold HTML, and which
 	// waits for a file before it says its second line.
 	proc, err := d.CL.StartProcess(ctx, ws.ID, client.Exec{Argv: []string{"sh", "-c",
@@ -363,11 +371,55 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("the events table holds %d rows after 700 more events, want 500", n)
 	}
 
-	// Usage: the task's row and chart.
+	// Usage: the tasks' rows and charts, with the solve run's tokens and
+	// cost on its attempt's workspace and task.
+	deadline := time.Now().Add(5 * time.Minute)
+	for run.State == "running" && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		if run, err = d.CL.GetSolve(ctx, run.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if run.State != "done" || len(run.Attempts) != 1 {
+		t.Fatalf("solve run %s: %+v", run.ID, run)
+	}
+	att := run.Attempts[0]
+	if att.Usage.InputTokens != 2000 || att.Usage.OutputTokens != 400 {
+		t.Fatalf("the attempt's usage is %+v, want the script's 2000 in, 400 out", att.Usage)
+	}
+	u, err := d.CL.Usage(ctx, client.UsageFilter{ByWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wsRow client.TaskUsage
+	for _, x := range u.Workspaces {
+		if x.WorkspaceID == att.Workspace {
+			wsRow = x
+		}
+	}
+	if wsRow.InputTokens != 2000 || wsRow.OutputTokens != 400 || fmt.Sprintf("%.4f", wsRow.CostUSD) != "0.0144" || wsRow.SolveRun != run.ID || wsRow.Execs == 0 || wsRow.Task != hostileSolveTask {
+		t.Errorf("usage of the attempt's workspace %s: %+v", att.Workspace, wsRow)
+	}
 	b.goTo(t, "#/usage", "usage")
 	b.waitFor(t, "usage table", `document.getElementById('usage-table')?.textContent.includes(`+js(hostileTask)+`)`)
+	row := `document.querySelector('#usage-ws-table tr[data-ws=` + js(att.Workspace) + `]')`
+	b.waitFor(t, "the attempt's workspace row", row+` !== null`)
+	for _, want := range []string{run.ID, "2000", "400", "$0.0144", hostileSolveTask} {
+		if !eval[bool](t, b, row+`.textContent.includes(`+js(want)+`)`) {
+			t.Errorf("the usage row of workspace %s does not show %q: %q", att.Workspace, want, eval[string](t, b, row+`.textContent`))
+		}
+	}
+	taskRow := `[...document.querySelectorAll('#usage-table tr')].find(r => r.dataset.task === ` + js(hostileSolveTask) + `)`
+	if got := eval[string](t, b, `(`+taskRow+`||{}).textContent || ''`); !strings.Contains(got, "2000") || !strings.Contains(got, "$0.0144") {
+		t.Errorf("the usage row of the solve task shows %q, want its tokens and cost", got)
+	}
+	for _, c := range []string{"tokens", "cost", "wsTokens"} {
+		if n := eval[int](t, b, `document.querySelectorAll('#chart-`+c+` rect.bar').length`); n == 0 {
+			t.Errorf("the %s chart has no bars", c)
+		}
+	}
 	b.shot(t, "usage")
-	b.noInjection(t, "usage", hostileTask)
+	b.noInjection(t, "usage", hostileTask, hostileSolveTask)
 
 	// The tasks page again, now with the commands that ran.
 	b.goTo(t, "#/tasks", "tasks")

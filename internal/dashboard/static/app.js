@@ -722,30 +722,49 @@
     return () => { off(); };
   }
 
+  function tokens(n) { return n >= 1e6 ? (n / 1e6).toFixed(2) + " M" : n >= 1e4 ? (n / 1e3).toFixed(1) + " k" : String(n || 0); }
+  function usd(x) { return "$" + (x || 0).toFixed(x && x < 1 ? 4 : 2); }
   async function usage(root) {
     root.append(el("h1", {}, "Usage"));
-    const chart = el("section", { class: "card", "aria-label": "CPU per task" });
+    const charts = {};
+    const grid = el("div", { class: "grid" });
+    for (const [k, title] of [["cpu", "CPU per task (ms)"], ["tokens", "Tokens per task"], ["cost", "Cost per task (USD cents)"], ["wsTokens", "Tokens per workspace"]]) {
+      charts[k] = el("section", { class: "card", id: "chart-" + k, "aria-label": title });
+      grid.append(charts[k]);
+    }
     const table = el("section", { class: "card table-wrap", "aria-label": "Usage per task" });
-    root.append(el("div", { class: "grid" }, chart), table);
+    const wsTable = el("section", { class: "card table-wrap", "aria-label": "Usage per workspace" });
+    root.append(grid, table, wsTable);
+    const cols = ["CPU", "peak memory", "wall", "output", "egress up", "egress down", "tokens in", "tokens out", "cost"];
+    const cells = (x) => [secs(x.cpu_seconds), bytes(x.peak_mem_bytes), secs(x.wall_seconds), bytes(x.output_bytes), bytes(x.egress_bytes_up),
+      bytes(x.egress_bytes_down), tokens(x.input_tokens), tokens(x.output_tokens), usd(x.cost_usd)].map((v) => el("td", { class: "num" }, v));
+    const label = (x) => x.task || "(none)";
     async function load() {
       try {
-        const u = await api("/v1/usage");
+        const [u, w] = await Promise.all([api("/v1/usage"), api("/v1/usage?by=workspace")]);
         const ts = u.tasks || [];
-        clear(chart).append(el("h2", {}, "CPU per task (ms)"),
-          barChart(ts.slice(0, 30).map((t) => ({ label: t.task || "(none)", value: Math.round(t.cpu_seconds * 1000) })), { labels: true, label: "CPU milliseconds per task" }));
-        const t = el("table", { id: "usage-table" }, el("tr", {}, ["task", "workspaces", "execs", "CPU", "peak memory", "wall", "output", "egress up", "egress down"]
-          .map((h, i) => el("th", { class: i ? "num" : "" }, h))));
-        for (const x of ts) {
-          t.append(el("tr", {}, el("td", {}, x.task || "(none)"), el("td", { class: "num" }, x.workspaces), el("td", { class: "num" }, x.execs),
-            el("td", { class: "num" }, secs(x.cpu_seconds)), el("td", { class: "num" }, bytes(x.peak_mem_bytes)), el("td", { class: "num" }, secs(x.wall_seconds)),
-            el("td", { class: "num" }, bytes(x.output_bytes)), el("td", { class: "num" }, bytes(x.egress_bytes_up)), el("td", { class: "num" }, bytes(x.egress_bytes_down))));
+        const ws = w.workspaces || [];
+        const chart = (k, title, points) => clear(charts[k]).append(el("h2", {}, title), barChart(points.slice(0, 30), { labels: true, label: title }));
+        chart("cpu", "CPU per task (ms)", ts.map((t) => ({ label: label(t), value: Math.round(t.cpu_seconds * 1000) })));
+        chart("tokens", "Tokens per task", ts.map((t) => ({ label: label(t), value: (t.input_tokens || 0) + (t.output_tokens || 0) })));
+        chart("cost", "Cost per task (USD cents)", ts.map((t) => ({ label: label(t), value: Math.round((t.cost_usd || 0) * 10000) / 100 })));
+        chart("wsTokens", "Tokens per workspace", ws.filter((x) => x.input_tokens || x.output_tokens)
+          .map((x) => ({ label: short(x.workspace_id), value: (x.input_tokens || 0) + (x.output_tokens || 0) })));
+        const t = el("table", { id: "usage-table" }, el("tr", {}, ["task", "workspaces", "execs"].concat(cols).map((h, i) => el("th", { class: i ? "num" : "" }, h))));
+        for (const x of ts) t.append(el("tr", { "data-task": x.task }, el("td", {}, label(x)), el("td", { class: "num" }, x.workspaces), el("td", { class: "num" }, x.execs), cells(x)));
+        clear(table).append(el("h2", {}, "Per task"), t);
+        const wt = el("table", { id: "usage-ws-table" }, el("tr", {}, ["task", "workspace", "solve run", "execs"].concat(cols).map((h, i) => el("th", { class: i > 2 ? "num" : "" }, h))));
+        for (const x of ws) {
+          wt.append(el("tr", { "data-ws": x.workspace_id }, el("td", {}, label(x)), el("td", { class: "mono" }, wsLink(x.workspace_id)),
+            el("td", { class: "mono" }, x.solve_run || "—"), el("td", { class: "num" }, x.execs), cells(x)));
         }
-        clear(table).append(el("h2", {}, "Per task"), t, el("p", { class: "muted" }, "Tokens and cost are not recorded by the daemon yet."));
+        clear(wsTable).append(el("h2", {}, "Per workspace"), wt,
+          el("p", { class: "muted" }, "Tokens and cost are what the agent loop's model calls spent (agentbox solve), counted for each attempt's workspace."));
       } catch (e) { clear(table).append(errorBox(e)); }
     }
     await load();
     const again = debounce(load, 2000);
-    const off = bus.on((ev) => { if (ev.type === "exec.finished" || ev.type.startsWith("workspace.")) again(); });
+    const off = bus.on((ev) => { if (ev.type === "exec.finished" || ev.type.startsWith("workspace.") || ev.type.startsWith("solve.")) again(); });
     return () => { off(); again.cancel(); };
   }
 
