@@ -271,10 +271,14 @@ var routes = []route{
 	{"PATCH", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("patchSandboxPort")},
 	{"DELETE", "/v1/sandboxes/{id}/ports/{port}/{path...}", (*Server).forwardPort, forwardOp("deleteSandboxPort")},
 
-	{"GET", "/v1/events", (*Server).events, Op{ID: "listEvents", Tag: "events", Summary: "The event log, oldest first; with follow, a stream of what is logged from then on",
+	{"GET", "/v1/events", (*Server).events, Op{ID: "listEvents", Tag: "events", Summary: "The event log, oldest first (or the newest first); with follow, a stream of what is logged from then on",
 		Params: []Param{
 			q("repo", "events of a repo"), q("workspace", "events of a workspace"), q("sandbox", "events of a sandbox"), q("type", "events of one type (repo.cloned, ...)"),
+			q("type_prefix", "events whose type starts with this (candidate.)"), q("actor", "events of one actor (api, daemon, ...)"),
+			q("object", "events of one object: a repo, workspace or sandbox ID"),
+			q("order", "oldest (the default: the first events after after, oldest first) or newest (the last events before before, newest first); not with follow"),
 			{Name: "after", Description: "events after this ID", Type: "integer"},
+			{Name: "before", Description: "events before this ID (paging back with order=newest); not with follow", Type: "integer"},
 			{Name: "limit", Description: "at most this many (1 to 10000; default 1000)", Type: "integer"},
 			qbool("follow", "stream the events already logged after after, then each new one, as NDJSON (an empty line is a keepalive), or SSE with Accept: text/event-stream"),
 		},

@@ -355,10 +355,10 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	b.noInjection(t, "events", hostileArg)
 
-	// A page left open stays bounded: 700 more events, and the table
-	// holds its last 500 rows.
+	// A page left open stays bounded: 1,100 more events, and the table
+	// holds its last 500 rows (the page keeps the last 1,000 events).
 	b.do(t, "clear filters", chromedp.Evaluate[chromedp.Void](`for (const id of ['f-type','f-object','f-actor']) { const e = document.getElementById(id); e.value = ''; e.dispatchEvent(new Event('input')); }`))
-	for i := range 700 {
+	for i := range 1100 {
 		if _, err := d.CL.WriteFile(ctx, ws.ID, "bulk.txt", strings.NewReader(fmt.Sprint(i)), 0o644, false); err != nil {
 			t.Fatal(err)
 		}
@@ -368,8 +368,20 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	b.waitFor(t, "the last bulk event", `document.querySelector('#event-rows tr')?.textContent.includes('bulk-end.txt')`)
 	if n := eval[int](t, b, `document.querySelectorAll('#event-rows tr').length`); n != 500 {
-		t.Errorf("the events table holds %d rows after 700 more events, want 500", n)
+		t.Errorf("the events table holds %d rows after 1,100 more events, want 500", n)
 	}
+	// The filters ask the server, not the events in memory: the
+	// approval is older than the last 1,000 events and still found.
+	approved, err := d.CL.Events(ctx, client.EventFilter{TypePrefix: "candidate.approved", Newest: true, Limit: 1})
+	if err != nil || len(approved) != 1 {
+		t.Fatalf("the approval's event: %v %v", approved, err)
+	}
+	if last, err := d.CL.Events(ctx, client.EventFilter{Newest: true, Limit: 1000}); err != nil || len(last) != 1000 || last[999].ID <= approved[0].ID {
+		t.Fatalf("the approval (event %d) is not older than the last 1,000 events (%d listed, %v)", approved[0].ID, len(last), err)
+	}
+	b.do(t, "filter by type, again", chromedp.SendKeys(chromedp.CSS("#f-type"), "candidate.appr"))
+	b.waitFor(t, "an event older than the page's memory", fmt.Sprintf(`(() => { const r = [...document.querySelectorAll('#event-rows tr')]; return r.length >= 1 && r.every(e => e.dataset.type.startsWith('candidate.appr')) && r.some(e => e.children[0].textContent === '%d'); })()`, approved[0].ID))
+	b.shot(t, "events-filtered")
 
 	// Usage: the tasks' rows and charts, with the solve run's tokens and
 	// cost on its attempt's workspace and task.

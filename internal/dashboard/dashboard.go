@@ -386,7 +386,7 @@ func (h *Handler) checkCSRF(r *http.Request) error {
 // readRoutes are the API paths the pages read (GET). Streams that would
 // hand the browser a sandbox's own HTTP server or terminal are not among
 // them: /v1/sandboxes/{id}/ports/... and .../shell.
-var readRoutes = regexp.MustCompile(`^/v1/((health|repos|workspaces|sandboxes|events|usage|forges|candidates)(/[^/]+(/(status|diff|candidates|files|files/list|files/stat|processes|processes/[^/]+|processes/[^/]+/logs|execs|ports|usage))?)?|execs/[^/]+/output|solve(/[^/]+)?)$`)
+var readRoutes = regexp.MustCompile(`^/v1/((health|repos|workspaces|sandboxes|events|usage|forges|candidates)(/[^/]+(/(status|diff|candidates|files|files/list|files/stat|processes|processes/[^/]+|processes/[^/]+/logs|execs|ports|usage))?)?|execs/[^/]+/output)$`)
 
 // writeRoutes are the state-changing calls the pages make: deciding a
 // candidate, running the diff check, and the dry run of the collector

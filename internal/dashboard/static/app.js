@@ -140,18 +140,15 @@
       if (this.events.length > MAX_EVENTS) this.events.splice(0, this.events.length - MAX_EVENTS);
       for (const fn of this.listeners) { try { fn(ev); } catch (e) { console.warn(e); } }
     },
-    // start finds the newest event's ID (the log may be long: a binary
-    // search with limit=1), loads the last MAX_EVENTS, then follows.
+    // start loads the last MAX_EVENTS (the newest first, from the
+    // server), then follows from the newest; a restart follows on from
+    // the last event seen.
     async start() {
       this.stop();
-      let hi = 1;
-      const exists = async (after) => (await api("/v1/events?limit=1&after=" + after)).events.length > 0;
       try {
         if (this.lastID === 0) {
-          while (await exists(hi)) hi *= 2;
-          let lo = 0; // an event after lo exists (or lo is 0); none after hi
-          while (hi - lo > 1) { const mid = Math.floor((lo + hi) / 2); if (await exists(mid)) lo = mid; else hi = mid; }
-          this.lastID = Math.max(0, lo - MAX_EVENTS);
+          const evs = (await api("/v1/events?order=newest&limit=" + MAX_EVENTS)).events || [];
+          for (const ev of evs.reverse()) this.push(ev);
         }
       } catch (e) { if (e.status === 401) return; }
       const src = new EventSource(API + "/v1/events?follow=true&after=" + this.lastID);
@@ -280,11 +277,26 @@
           meter(hit + miss ? hit / (hit + miss) : 0), el("p", {}, `${ready} ready · ${hit} hits · ${miss} misses`));
       } catch (e) { body("sandboxes").append(errorBox(e)); }
     }
+    // execs holds the exec.finished events of the last 30 minutes (at
+    // most MAX_EXEC_EVENTS), asked of the server once, then kept from the
+    // stream: the events in memory may hold none however many ran.
+    const MAX_EXEC_EVENTS = 5000;
+    let execs = [];
+    const recent = (ev, now) => now - new Date(ev.time).getTime() < 30 * 60000;
+    async function loadExecs() {
+      try {
+        const evs = (await api("/v1/events?order=newest&type=exec.finished&limit=" + MAX_EXEC_EVENTS)).events || [];
+        const now = Date.now();
+        execs = evs.reverse().filter((ev) => recent(ev, now));
+      } catch (_) { execs = bus.events.filter((ev) => ev.type === "exec.finished"); }
+    }
     function drawEvents() {
       const now = Date.now();
+      execs = execs.filter((ev) => recent(ev, now)).slice(-MAX_EXEC_EVENTS);
       const buckets = Array.from({ length: 30 }, (_, i) => ({ label: `-${29 - i}m`, value: 0 }));
       const failures = {};
-      for (const ev of bus.events) {
+      const seen = new Set(execs.map((ev) => ev.id));
+      for (const ev of execs.concat(bus.events.filter((ev) => !seen.has(ev.id)))) {
         const age = (now - new Date(ev.time).getTime()) / 60000;
         if (ev.type === "exec.finished" && age >= 0 && age < 30) buckets[29 - Math.floor(age)].value++;
         const d = detailOf(ev);
@@ -312,35 +324,43 @@
         else body("disk").append(errorBox(e));
       }
     }
-    await Promise.all([loadState(), loadDisk()]);
+    await Promise.all([loadState(), loadDisk(), loadExecs()]);
     drawEvents();
     const again = debounce(() => { loadState(); drawEvents(); }, 1000);
-    const off = bus.on(again);
+    const off = bus.on((ev) => {
+      if (ev.type === "exec.finished" && !(execs.length && ev.id <= execs[execs.length - 1].id)) execs.push(ev);
+      again();
+    });
     const tick = setInterval(drawEvents, 60000); // the minute buckets move on
     return () => { off(); again.cancel(); clearInterval(tick); };
   }
 
-  // lastCommands lists a workspace's recent execs from the event log.
+  // lastCommands lists a workspace's last n execs from the event log,
+  // asked of the server (the events in memory may all be another
+  // workspace's), and again as each one ends.
   function lastCommands(wsID, n) {
-    const argv = {};
-    const rows = [];
-    for (const ev of bus.events) {
-      if (ev.workspace_id !== wsID) continue;
-      const d = detailOf(ev);
-      if (ev.type === "process.started" && Array.isArray(d.argv)) argv[d.exec_id] = d.argv;
-      if (ev.type === "exec.finished") {
-        if (Array.isArray(d.argv)) argv[d.exec_id] = d.argv;
-        rows.push({ ev, d });
-      }
+    const box = el("div", { class: "last-commands" }, el("p", { class: "muted" }, "loading…"));
+    const ctl = new AbortController();
+    async function load() {
+      try {
+        const q = new URLSearchParams({ order: "newest", limit: String(n), workspace: wsID, type: "exec.finished" });
+        const evs = (await api("/v1/events?" + q.toString(), { signal: ctl.signal })).events || [];
+        const t = el("table", { class: "commands" }, el("tr", {}, el("th", {}, "exec"), el("th", {}, "command"), el("th", { class: "num" }, "exit"),
+          el("th", { class: "num" }, "wall"), el("th", { class: "num" }, "CPU"), el("th", { class: "num" }, "memory"), el("th", {}, "at")));
+        for (const ev of evs) {
+          const d = detailOf(ev);
+          t.append(el("tr", {}, el("td", { class: "mono" }, short(d.exec_id)), el("td", { class: "mono" }, Array.isArray(d.argv) ? d.argv.join(" ") : ""),
+            el("td", { class: "num" }, d.state && d.state !== "exited" ? d.state : d.exit_code ?? ""), el("td", { class: "num" }, secs((d.wall_ms || 0) / 1000)),
+            el("td", { class: "num" }, secs((d.cpu_ns || 0) / 1e9)), el("td", { class: "num" }, bytes(d.peak_mem_bytes || 0)), el("td", {}, when(ev.time))));
+        }
+        clear(box).append(evs.length ? el("div", { class: "table-wrap" }, t) : el("p", { class: "muted" }, "no commands yet"));
+      } catch (e) { if (e.name !== "AbortError") clear(box).append(errorBox(e)); }
     }
-    const t = el("table", { class: "commands" }, el("tr", {}, el("th", {}, "exec"), el("th", {}, "command"), el("th", { class: "num" }, "exit"),
-      el("th", { class: "num" }, "wall"), el("th", { class: "num" }, "CPU"), el("th", { class: "num" }, "memory"), el("th", {}, "at")));
-    for (const { ev, d } of rows.slice(-n).reverse()) {
-      t.append(el("tr", {}, el("td", { class: "mono" }, short(d.exec_id)), el("td", { class: "mono" }, argv[d.exec_id] ? argv[d.exec_id].join(" ") : ""),
-        el("td", { class: "num" }, d.state && d.state !== "exited" ? d.state : d.exit_code ?? ""), el("td", { class: "num" }, secs((d.wall_ms || 0) / 1000)),
-        el("td", { class: "num" }, secs((d.cpu_ns || 0) / 1e9)), el("td", { class: "num" }, bytes(d.peak_mem_bytes || 0)), el("td", {}, when(ev.time))));
-    }
-    return rows.length ? el("div", { class: "table-wrap" }, t) : el("p", { class: "muted" }, "no commands in the recent events");
+    load();
+    const again = debounce(load, 500);
+    const off = bus.on((ev) => { if (ev.workspace_id === wsID && ev.type === "exec.finished") again(); });
+    box.cleanup = () => { off(); again.cancel(); ctl.abort(); };
+    return box;
   }
 
   // processPanel lists a workspace's commands whose output the daemon
@@ -449,15 +469,17 @@
     const detail = el("div", { id: "task-detail" }, el("p", { class: "muted" }, "Choose a workspace to see its commands and live output."));
     split.append(treeBox, detail);
     root.append(split);
-    let selected = "", panel = null;
+    let selected = "", panel = null, commands = null;
     function select(ws) {
       if (panel) panel.cleanup();
+      if (commands) commands.cleanup();
       selected = ws.id;
       clear(detail);
       panel = processPanel(ws.id);
+      commands = lastCommands(ws.id, 10);
       detail.append(el("section", { class: "card" }, el("h2", {}, "Workspace ", wsLink(ws.id)),
         kv([["task", ws.task || "(none)"], ["branch", ws.branch], ["state", badge(ws.state)], ["base", short(ws.base_commit)]]),
-        el("h3", {}, "Last commands"), lastCommands(ws.id, 10)), panel);
+        el("h3", {}, "Last commands"), commands), panel);
     }
     async function load() {
       try {
@@ -490,7 +512,7 @@
     await load();
     const again = debounce(load, 1000);
     const off = bus.on((ev) => { if (/^(workspace|sandbox)\./.test(ev.type)) again(); });
-    return () => { off(); again.cancel(); if (panel) panel.cleanup(); };
+    return () => { off(); again.cancel(); if (panel) panel.cleanup(); if (commands) commands.cleanup(); };
   }
 
   // highlight splits a line of code into spans of a few token classes:
@@ -678,6 +700,9 @@
     return () => { off(); again.cancel(); };
   }
 
+  // events shows the newest MAX_EVENT_ROWS events that match the
+  // filters, asked of the server (the whole log, not the events in
+  // memory), then each new one that matches, live.
   async function events(root) {
     root.append(el("h1", {}, "Events"));
     const type = el("input", { id: "f-type", type: "search", list: "types", placeholder: "sandbox.created" });
@@ -691,35 +716,57 @@
     root.append(el("div", { class: "table-wrap card" }, el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "id"), el("th", {}, "time"), el("th", {}, "type"),
       el("th", {}, "actor"), el("th", {}, "objects"), el("th", {}, "detail"))), tbody)));
     const seenTypes = new Set();
-    const match = (ev) => {
-      const t = type.value.trim(), o = object.value.trim(), a = actor.value.trim();
-      if (t && !ev.type.startsWith(t)) return false;
-      if (a && ev.actor !== a) return false;
-      if (o && ![ev.repo_id, ev.workspace_id, ev.sandbox_id].some((x) => x && x.startsWith(o))) return false;
+    const filters = () => ({ t: type.value.trim(), o: object.value.trim(), a: actor.value.trim() });
+    // match is the server's filter, for the events that arrive live: the
+    // type as a prefix, the object as any of the event's IDs, the actor.
+    const match = (ev, f) => {
+      if (f.t && !ev.type.startsWith(f.t)) return false;
+      if (f.a && ev.actor !== f.a) return false;
+      if (f.o && ![ev.repo_id, ev.workspace_id, ev.sandbox_id].includes(f.o)) return false;
       return true;
     };
     const row = (ev) => el("tr", { "data-type": ev.type }, el("td", { class: "num" }, ev.id), el("td", {}, when(ev.time)), el("td", { class: "mono" }, ev.type),
       el("td", {}, ev.actor), el("td", { class: "mono" }, [ev.repo_id, ev.workspace_id, ev.sandbox_id].filter(Boolean).join(" ")),
       el("td", { class: "mono" }, detailText(ev)));
     const addType = (t) => { if (!seenTypes.has(t) && seenTypes.size < 200) { seenTypes.add(t); types.append(el("option", { value: t })); } };
-    function redraw() {
-      clear(tbody);
-      const shown = bus.events.filter(match).slice(-MAX_EVENT_ROWS).reverse();
-      for (const ev of shown) tbody.append(row(ev));
-      for (const ev of bus.events) addType(ev.type);
-      count.textContent = `${shown.length} shown of the last ${bus.events.length}`;
-    }
-    redraw();
-    // Filtering redraws at once: at most MAX_EVENTS rows are looked at.
-    for (const i of [type, object, actor]) i.addEventListener("input", redraw);
-    const off = bus.on((ev) => {
-      addType(ev.type);
-      if (!match(ev)) return;
+    let newest = 0, gen = 0, loading = true;
+    const ctl = new AbortController();
+    const add = (ev) => {
+      if (ev.id <= newest) return;
+      newest = ev.id;
       tbody.insertBefore(row(ev), tbody.firstChild);
       while (tbody.childNodes.length > MAX_EVENT_ROWS) tbody.removeChild(tbody.lastChild);
+    };
+    async function query() {
+      const my = ++gen, f = filters();
+      const q = new URLSearchParams({ order: "newest", limit: String(MAX_EVENT_ROWS) });
+      if (f.t) q.set("type_prefix", f.t);
+      if (f.o) q.set("object", f.o);
+      if (f.a) q.set("actor", f.a);
+      loading = true;
+      try {
+        const evs = (await api("/v1/events?" + q.toString(), { signal: ctl.signal })).events || [];
+        if (my !== gen) return;
+        clear(tbody);
+        newest = 0;
+        for (const ev of evs.slice().reverse()) { add(ev); addType(ev.type); }
+        // What arrived live while the server answered.
+        for (const ev of bus.events) if (ev.id > newest && match(ev, f)) add(ev);
+        count.textContent = `${tbody.childNodes.length} shown: the newest that match, from the whole log`;
+      } catch (e) { if (e.name !== "AbortError" && my === gen) { clear(tbody); count.textContent = e.message; } }
+      if (my === gen) loading = false;
+    }
+    for (const ev of bus.events) addType(ev.type);
+    await query();
+    const again = debounce(query, 250);
+    for (const i of [type, object, actor]) i.addEventListener("input", () => { gen++; loading = true; again(); });
+    const off = bus.on((ev) => {
+      addType(ev.type);
+      if (loading || !match(ev, filters())) return; // a query under way picks it up
+      add(ev);
       count.textContent = `${tbody.childNodes.length} shown, live`;
     });
-    return () => { off(); };
+    return () => { off(); again.cancel(); ctl.abort(); };
   }
 
   function tokens(n) { return n >= 1e6 ? (n / 1e6).toFixed(2) + " M" : n >= 1e4 ? (n / 1e3).toFixed(1) + " k" : String(n || 0); }
