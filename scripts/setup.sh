@@ -272,6 +272,14 @@ if ! "$(dirname "${BASH_SOURCE[0]}")/setup-gitea.sh"; then
 	log "gitea: not prepared (see above); the forge tests will fail under CI"
 fi
 
+# 5b. The single-node Kubernetes cluster the kubernetes backend's tests run on (issue 16):
+# Debian's etcd and CNI plugins, and the Kubernetes binaries built once from the Go module
+# proxy and cached under AGENTBOX_CACHE (setup-k8s.sh; scripts/k8s-cluster.sh starts the
+# cluster when a test needs it). As with Gitea, a failed build does not stop the setup.
+if ! "$(dirname "${BASH_SOURCE[0]}")/setup-k8s.sh"; then
+	log "kubernetes: not prepared (see above); the kubernetes backend's tests will fail under CI"
+fi
+
 # 6. Verify everything agentbox needs, and name what is missing.
 problems=()
 git_v=$(git --version 2>&1) || problems+=("git: ${git_v}")

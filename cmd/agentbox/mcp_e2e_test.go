@@ -737,6 +737,11 @@ func testMCPHostile(t *testing.T, s *mcpSession, v1 *client.Client) {
 			_, err := v1.StartProcess(ctx, id, client.Exec{Sh: "sleep 1", Timeout: "-1s"})
 			return err
 		}, "", ""},
+		{"a dependency that is not pinned", "add_dependency", map[string]any{"spec": "npm:left-pad@^1.3.0"}, func() error {
+			_, err := v1.AddDependency(ctx, id, "npm:left-pad@^1.3.0")
+			return err
+		}, "", ""},
+		{"a dependency the manifest does not approve", "add_dependency", map[string]any{"spec": "npm:left-pad@1.3.0"}, nil, "policy_denied", "dependency npm:left-pad@1.3.0 denied: npm package left-pad is not in the approved manifest"},
 		{"expose port 0", "expose_port", map[string]any{"port": 0}, nil, "invalid", "port"},
 		{"expose a port of an unknown workspace", "expose_port", map[string]any{"workspace": "ws_eeeeeeeeeeee", "port": 8000}, func() error {
 			_, err := v1.PublishPort(ctx, "ws_eeeeeeeeeeee", 8000)

@@ -17,7 +17,7 @@ import (
 func (c *cli) wsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "ws", Aliases: []string{"workspace"}, Short: "Durable workspaces: one per task"}
 	cmd.AddCommand(c.wsCreateCmd(), c.wsLsCmd(), c.wsShowCmd(), c.wsRmCmd(), c.wsPathCmd(),
-		c.wsStatusCmd(), c.wsDiffCmd(), c.wsCommitCmd(), c.wsForkCmd(), c.wsExportCmd(), c.wsPushCmd(), c.wsPRCmd())
+		c.wsStatusCmd(), c.wsDiffCmd(), c.wsCommitCmd(), c.wsForkCmd(), c.wsExportCmd(), c.wsPushCmd(), c.wsPRCmd(), c.wsDepsCmd())
 	return cmd
 }
 

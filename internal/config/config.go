@@ -9,12 +9,16 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/agentbox/agentbox/internal/deps"
+	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/policy"
 	"github.com/agentbox/agentbox/internal/store"
@@ -145,6 +149,15 @@ type Config struct {
 	// without it, or empty, such a sandbox reaches nothing either: E2B's
 	// "internet access" never opens the network.
 	E2BInternetAllow []string `json:"e2b_internet_allow"`
+	// Egress configures the egress proxy beyond what sandbox policies
+	// say: what only the operator may decide.
+	Egress Egress `json:"egress"`
+	// Dependencies is the operator's dependency manifest: the packages an
+	// agent may have admitted into its workspace.
+	Dependencies Dependencies `json:"dependencies"`
+	// Kubernetes, when set, adds the kubernetes backend: each of its
+	// sandboxes is a pod of that cluster on this daemon's node.
+	Kubernetes *Kubernetes `json:"kubernetes"`
 	// Dashboard configures the web dashboard served at / on Listen.
 	Dashboard Dashboard `json:"dashboard"`
 }
@@ -160,6 +173,87 @@ type Dashboard struct {
 	// request's own, http:// unless the daemon itself served TLS.
 	PublicOrigin string `json:"public_origin"`
 }
+
+// Backends are the execution backends' names.
+var Backends = []string{"docker", "gvisor", "local", "kubernetes"}
+
+// Kubernetes configures the kubernetes backend.
+type Kubernetes struct {
+	// Kubeconfig is the kubeconfig file's absolute path; empty: the
+	// in-cluster configuration (the daemon runs as a pod).
+	Kubeconfig string `json:"kubeconfig"`
+	// Namespace holds the sandboxes' pods (default agentbox).
+	Namespace string `json:"namespace"`
+	// Node is the daemon's own node, where the pods are placed (default:
+	// the host name).
+	Node string `json:"node"`
+	// RuntimeClass, when set, is every pod's RuntimeClass (e.g. gvisor).
+	RuntimeClass string `json:"runtime_class"`
+}
+
+var (
+	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+)
+
+// Egress is the operator's part of the egress proxy's configuration.
+type Egress struct {
+	// ResolveAllow lets named hosts resolve to internal addresses
+	// (private, loopback, documentation, reserved) that the proxy
+	// otherwise refuses: an internal package mirror, or a registry whose
+	// name resolves into such a range on this network. Each entry is one
+	// exact host and the addresses or CIDR ranges it may resolve to; a
+	// sandbox still needs the host in its own allowlist, and its policy
+	// can never carry an allowance. Every use is logged and counted.
+	ResolveAllow []ResolveAllow `json:"resolve_allow"`
+}
+
+// ResolveAllow is one host's resolve allowance, e.g. {host:
+// registry.npmjs.org, addresses: ["192.0.2.0/24"]}.
+type ResolveAllow struct {
+	// Host is one host name, exactly as the proxy canonicalises it (lower
+	// case, no trailing dot); no wildcard.
+	Host string `json:"host"`
+	// Addresses are IP addresses or CIDR ranges, none wider than /8 (IPv4)
+	// or /32 (IPv6), none covering a metadata, unspecified, broadcast or
+	// multicast address.
+	Addresses []string `json:"addresses"`
+}
+
+// Dependencies is the dependency manifest.
+type Dependencies struct {
+	// Approved are the packages that may be admitted, each with one exact
+	// version, its digest and its pinned source. A request for anything
+	// else is denied with the reason.
+	Approved []deps.Entry `json:"approved"`
+}
+
+// ResolveAllowances returns egress.resolve_allow, checked.
+func (c Config) ResolveAllowances() ([]egress.ResolveAllowance, error) {
+	var out []egress.ResolveAllowance
+	var probs []string
+	seen := map[string]bool{}
+	for i, r := range c.Egress.ResolveAllow {
+		a, err := egress.ParseResolveAllowance(r.Host, r.Addresses)
+		if err != nil {
+			probs = append(probs, fmt.Sprintf("egress.resolve_allow[%d]: %s", i, errdefs.Message(err)))
+			continue
+		}
+		if seen[a.Host] {
+			probs = append(probs, fmt.Sprintf("egress.resolve_allow[%d]: host %s is listed already", i, a.Host))
+			continue
+		}
+		seen[a.Host] = true
+		out = append(out, a)
+	}
+	if len(probs) > 0 {
+		return nil, fmt.Errorf("%s: %w", strings.Join(probs, "; "), errdefs.ErrInvalid)
+	}
+	return out, nil
+}
+
+// Manifest returns dependencies.approved, checked.
+func (c Config) Manifest() (*deps.Manifest, error) { return deps.NewManifest(c.Dependencies.Approved) }
 
 // E2BTemplate is what an E2B template ID stands for.
 type E2BTemplate struct {
@@ -271,6 +365,15 @@ func Load(path string) (Config, error) {
 	if v := os.Getenv("AGENTBOX_WORKSPACE_DRIVER"); v != "" {
 		c.WorkspaceDriver = v
 	}
+	if v := os.Getenv("AGENTBOX_KUBECONFIG"); v != "" {
+		if c.Kubernetes == nil {
+			c.Kubernetes = &Kubernetes{}
+		}
+		c.Kubernetes.Kubeconfig = v
+	}
+	if v := os.Getenv("AGENTBOX_KUBERNETES_NODE"); v != "" && c.Kubernetes != nil {
+		c.Kubernetes.Node = v
+	}
 	return c, nil
 }
 
@@ -315,8 +418,8 @@ func (c *Config) Validate() error {
 		switch {
 		case name == "" || strings.ContainsAny(name, "/?#% \t\n"):
 			probs = append(probs, fmt.Sprintf("e2b_templates: template name %q is empty or has a character a path cannot carry", name))
-		case t.Backend != "" && t.Backend != "docker" && t.Backend != "gvisor" && t.Backend != "local":
-			probs = append(probs, fmt.Sprintf("e2b_templates.%s.backend %q is not one of docker, gvisor, local", name, t.Backend))
+		case t.Backend != "" && !slices.Contains(Backends, t.Backend):
+			probs = append(probs, fmt.Sprintf("e2b_templates.%s.backend %q is not one of %s", name, t.Backend, strings.Join(Backends, ", ")))
 		case t.Home != "" && (!strings.HasPrefix(t.Home, "/") || t.Home != filepath.Clean(t.Home)):
 			probs = append(probs, fmt.Sprintf("e2b_templates.%s.home %q is not a clean absolute path", name, t.Home))
 		case t.User == "root":
@@ -372,18 +475,34 @@ func (c *Config) Validate() error {
 			c.Dashboard.PublicOrigin = o
 		}
 	}
-	switch c.DefaultBackend {
-	case "auto", "docker", "gvisor", "local":
-	default:
-		probs = append(probs, fmt.Sprintf("default_backend %q is not one of auto, docker, gvisor, local", c.DefaultBackend))
+	if c.DefaultBackend != "auto" && !slices.Contains(Backends, c.DefaultBackend) {
+		probs = append(probs, fmt.Sprintf("default_backend %q is not one of auto, %s", c.DefaultBackend, strings.Join(Backends, ", ")))
+	}
+	if k := c.Kubernetes; k != nil {
+		switch {
+		case k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig):
+			probs = append(probs, fmt.Sprintf("kubernetes.kubeconfig %q is not an absolute path", k.Kubeconfig))
+		case k.Namespace != "" && !dnsLabel.MatchString(k.Namespace):
+			probs = append(probs, fmt.Sprintf("kubernetes.namespace %q is not a DNS label", k.Namespace))
+		case k.RuntimeClass != "" && !dnsSubdomain.MatchString(k.RuntimeClass):
+			probs = append(probs, fmt.Sprintf("kubernetes.runtime_class %q is not a DNS subdomain", k.RuntimeClass))
+		case k.Node != "" && !dnsSubdomain.MatchString(k.Node):
+			probs = append(probs, fmt.Sprintf("kubernetes.node %q is not a DNS subdomain", k.Node))
+		}
 	}
 	for i, p := range c.WarmPool {
 		switch {
-		case p.Backend != "" && p.Backend != "docker" && p.Backend != "gvisor" && p.Backend != "local":
-			probs = append(probs, fmt.Sprintf("warm_pool[%d].backend %q is not one of docker, gvisor, local", i, p.Backend))
+		case p.Backend != "" && !slices.Contains(Backends, p.Backend):
+			probs = append(probs, fmt.Sprintf("warm_pool[%d].backend %q is not one of %s", i, p.Backend, strings.Join(Backends, ", ")))
 		case p.Size < 0 || p.Size > 256:
 			probs = append(probs, fmt.Sprintf("warm_pool[%d].size %d is outside 0..256", i, p.Size))
 		}
+	}
+	if _, err := c.ResolveAllowances(); err != nil {
+		probs = append(probs, errdefs.Message(err))
+	}
+	if _, err := c.Manifest(); err != nil {
+		probs = append(probs, errdefs.Message(err))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend/docker"
+	"github.com/agentbox/agentbox/internal/backend/kubernetes"
 	"github.com/agentbox/agentbox/internal/backend/local"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/manager"
@@ -55,6 +56,22 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[str
 	} else {
 		out[local.Name] = lb
 		closers = append(closers, lb.Close)
+	}
+	if k := cfg.Kubernetes; k != nil {
+		kctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		kb, err := kubernetes.New(kctx, kubernetes.Options{
+			Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, Node: k.Node, RuntimeClass: k.RuntimeClass, Logger: log,
+			MountDir: filepath.Join(mounts, kubernetes.Name),
+		})
+		cancel()
+		if err != nil {
+			log.Warn("execution backend unavailable", "backend", kubernetes.Name, "err", err)
+			unavailable[kubernetes.Name] = err.Error()
+		} else {
+			out[kubernetes.Name] = kb
+		}
+	} else {
+		unavailable[kubernetes.Name] = "not configured: set kubernetes.kubeconfig in the daemon's config (or AGENTBOX_KUBECONFIG)"
 	}
 	def := cfg.DefaultBackend
 	if def == "auto" {

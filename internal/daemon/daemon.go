@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -125,12 +126,21 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	// The egress proxy reports its decisions to the manager, which exists
 	// only once New returns; no sandbox (so no decision) comes before.
 	var mgr atomic.Pointer[manager.Manager]
+	allowances, err := cfg.ResolveAllowances()
+	if err != nil {
+		return err
+	}
 	proxy := egress.New(egress.Options{Logger: log.With("component", "egress"), OnDecision: func(d egress.Decision) {
 		metrics.ObserveEgress(d.Allowed)
 		if m := mgr.Load(); m != nil {
 			m.RecordEgress(manager.EgressDecision(d))
 		}
-	}})
+	}, ResolveAllow: allowances, OnResolveAllow: func(host string, _ netip.Addr) { metrics.ObserveResolveAllowance(host) }})
+	admitter, err := dependencies(cfg, proxy, log)
+	if err != nil {
+		return err
+	}
+	defer admitter.Close()
 	box, err := secrets.Open(cfg.DataDir, st)
 	if err != nil {
 		return err
@@ -145,7 +155,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		Author:     workspace.Author{Name: cfg.AuthorName, Email: cfg.AuthorEmail},
 		GitTimeout: cfg.GitTimeout.Duration, MaxDiffBytes: cfg.MaxDiffBytes, Logger: log, DiskQuota: int64(cfg.WorkspaceDiskQuota),
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
-		Egress: proxy, Secrets: box, Forges: forge.Open, CABundle: caBundle(ca), Observer: metrics,
+		Egress: proxy, Dependencies: admitter, Secrets: box, Forges: forge.Open, CABundle: caBundle(ca), Observer: metrics,
 		IdleTimeout: cfg.SandboxIdleTimeout.Duration, MaxAge: cfg.SandboxMaxAge.Duration, WarmPool: warmPools(cfg),
 		DataBudget: int64(cfg.DataBudget), WorkspaceRetention: cfg.WorkspaceRetention.Duration, AutoApprove: cfg.AutoApprove, PushBranch: cfg.PushBranch,
 		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {

@@ -109,7 +109,7 @@ func TestCheckAddrs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, reason := checkAddrs(tt.in, tt.allow)
+			got, reason := checkAddrs(tt.in, tt.allow, nil)
 			if reason != tt.wantReason {
 				t.Errorf("checkAddrs() reason = %q, want %q", reason, tt.wantReason)
 			}

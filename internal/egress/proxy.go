@@ -31,6 +31,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -134,6 +135,14 @@ type Options struct {
 	// from the goroutines of ServeConn, concurrently, and should not block.
 	OnDecision func(Decision)
 
+	// ResolveAllow are the operator's resolve allowances (the daemon's
+	// configuration, egress.resolve_allow): hosts that may resolve to
+	// the internal addresses listed with them.
+	ResolveAllow []ResolveAllowance
+	// OnResolveAllow, when set, is called each time an allowance lets an
+	// address pass, after it was logged; the daemon counts the uses.
+	OnResolveAllow func(host string, addr netip.Addr)
+
 	// Resolver resolves target hosts; nil means net.DefaultResolver.
 	//
 	// Test-only: no API or configuration file sets it. Tests use it to map
@@ -172,6 +181,10 @@ type Proxy struct {
 	allowAddr  func(netip.Addr) bool
 	upTLS      *tls.Config
 
+	resolveAllow   []ResolveAllowance
+	onResolveAllow func(host string, addr netip.Addr)
+	resolveUses    atomic.Int64
+
 	dialTimeout   time.Duration
 	headerTimeout time.Duration
 	idleTimeout   time.Duration
@@ -180,14 +193,17 @@ type Proxy struct {
 // New returns a Proxy configured by opts.
 func New(opts Options) *Proxy {
 	p := &Proxy{
-		log:           opts.Logger,
-		onDecision:    opts.OnDecision,
-		resolver:      opts.Resolver,
-		allowAddr:     opts.AllowAddr,
-		upTLS:         opts.UpstreamTLS,
-		dialTimeout:   opts.DialTimeout,
-		headerTimeout: opts.HeaderTimeout,
-		idleTimeout:   opts.IdleTimeout,
+		log:        opts.Logger,
+		onDecision: opts.OnDecision,
+		resolver:   opts.Resolver,
+		allowAddr:  opts.AllowAddr,
+		upTLS:      opts.UpstreamTLS,
+
+		resolveAllow:   opts.ResolveAllow,
+		onResolveAllow: opts.OnResolveAllow,
+		dialTimeout:    opts.DialTimeout,
+		headerTimeout:  opts.HeaderTimeout,
+		idleTimeout:    opts.IdleTimeout,
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)

@@ -50,9 +50,20 @@ func (p *Proxy) checkTarget(ctx context.Context, sb Sandbox, rawHost, rawPort st
 	if len(addrs) == 0 {
 		return nil, refuse(http.StatusBadGateway, reasonNoAddr)
 	}
-	checked, reason := checkAddrs(addrs, p.allowAddr)
+	var excepted []netip.Addr
+	checked, reason := checkAddrs(addrs, p.allowAddr, func(a netip.Addr) bool {
+		if p.allows(host, a) {
+			excepted = append(excepted, a)
+			return true
+		}
+		return false
+	})
 	if reason != "" {
 		return nil, refuse(http.StatusForbidden, reason)
+	}
+	// Only once the whole answer passed: a refused answer used nothing.
+	for _, a := range excepted {
+		p.resolveAllowed(ctx, sb.ID, host, a)
 	}
 	return checked, nil
 }
@@ -60,9 +71,11 @@ func (p *Proxy) checkTarget(ctx context.Context, sb Sandbox, rawHost, rawPort st
 // checkAddrs judges every address, not just the one that will be dialed:
 // a name that resolves to one public and one internal address is a name
 // whose owner can point it inward, so it is refused whole. allow, when not
-// nil, replaces the built-in rules. The addresses are returned unmapped
+// nil, replaces the built-in rules. except, when not nil, is asked about
+// an address the built-in rules refuse, and may let it pass (the
+// operator's resolve allowances). The addresses are returned unmapped
 // and without zones, in the form that is dialed.
-func checkAddrs(addrs []netip.Addr, allow func(netip.Addr) bool) ([]netip.Addr, string) {
+func checkAddrs(addrs []netip.Addr, allow, except func(netip.Addr) bool) ([]netip.Addr, string) {
 	checked := make([]netip.Addr, 0, len(addrs))
 	for _, a := range addrs {
 		a = a.WithZone("").Unmap()
@@ -70,7 +83,7 @@ func checkAddrs(addrs []netip.Addr, allow func(netip.Addr) bool) ([]netip.Addr, 
 			if !allow(a) {
 				return nil, forbiddenReason(a, "not allowed")
 			}
-		} else if why := forbiddenAddr(a); why != "" {
+		} else if why := forbiddenAddr(a); why != "" && (except == nil || !except(a)) {
 			return nil, forbiddenReason(a, why)
 		}
 		checked = append(checked, a)

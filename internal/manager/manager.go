@@ -98,6 +98,9 @@ type Config struct {
 	// (the daemon's *egress.Proxy); nil refuses every policy that allows
 	// any.
 	Egress Egress
+	// Dependencies admits the packages an agent asks for (the daemon's
+	// *deps.Admitter over its approved manifest); nil admits none.
+	Dependencies Dependencies
 	// Secrets is the daemon's secret store (*secrets.Box); nil: none.
 	Secrets Secrets
 	// Forges reaches a forge's pull request API (forge.Open in the daemon);

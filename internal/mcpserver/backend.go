@@ -50,6 +50,9 @@ type Backend interface {
 	// CheckDiff checks the workspace's changes against the policy of its
 	// most recent sandbox and for secrets.
 	CheckDiff(ctx context.Context, ws string) (client.DiffReport, error)
+	// AddDependency admits a package from the operator's approved
+	// manifest into the workspace; a denial names the reason.
+	AddDependency(ctx context.Context, ws, spec string) (apitypes.Dependency, error)
 
 	// StartProcess starts a command in the sandbox of workspace ws,
 	// detached from the call: a background process.

@@ -185,6 +185,10 @@ func (b managerBackend) CheckDiff(ctx context.Context, ws string) (client.DiffRe
 	return rep, err
 }
 
+func (b managerBackend) AddDependency(ctx context.Context, ws, spec string) (apitypes.Dependency, error) {
+	return b.m.AddDependency(ctx, ws, spec)
+}
+
 func (b managerBackend) StartProcess(ctx context.Context, ws string, req apitypes.ExecRequest) (apitypes.Process, error) {
 	return b.m.StartProcess(ctx, ws, req)
 }

@@ -51,6 +51,9 @@ type Edit struct {
 // Patch is the coder's message: the edits of one attempt at the fix.
 type Patch struct {
 	Edits []Edit `json:"edits"`
+	// Dependencies are the packages the coder asked for (add_dependency),
+	// admitted and installed before the edits are made (deps.go).
+	Dependencies []string `json:"dependencies,omitempty"`
 	// Note is what the coder said alongside, if anything.
 	Note string `json:"note,omitempty"`
 }

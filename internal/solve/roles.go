@@ -114,7 +114,7 @@ func WritePatch(ctx context.Context, p Provider, model string, in CodeInput, tur
 	if in.Diagnosis != nil {
 		fmt.Fprintf(&b, "\nDiagnosis of that failure:\nHypothesis: %s\nFix: %s\n", in.Diagnosis.Hypothesis, in.Diagnosis.Fix)
 	}
-	req := Request{Role: Coder, Model: model, Turn: turn, System: codePrompt, Tools: []Tool{editTool, writeTool},
+	req := Request{Role: Coder, Model: model, Turn: turn, System: codePrompt, Tools: []Tool{editTool, writeTool, dependencyTool},
 		Messages: []Message{{Role: "user", Content: b.String()}}}
 	resp, err := p.Complete(ctx, req)
 	if err != nil {
@@ -131,6 +131,13 @@ func WritePatch(ctx context.Context, p Provider, model string, in CodeInput, tur
 			if e.Old == "" {
 				return Patch{}, resp.Usage, fmt.Errorf("coder: an edit_file call of %s has no old text", e.Path)
 			}
+		case dependencyTool.Name:
+			spec, err := dependencySpec(c.Args)
+			if err != nil {
+				return Patch{}, resp.Usage, fmt.Errorf("coder: %w", err)
+			}
+			patch.Dependencies = append(patch.Dependencies, spec)
+			continue
 		case writeTool.Name:
 			var w struct{ Path, Content string }
 			if err := json.Unmarshal(c.Args, &w); err != nil {
@@ -145,7 +152,7 @@ func WritePatch(ctx context.Context, p Provider, model string, in CodeInput, tur
 		}
 		patch.Edits = append(patch.Edits, e)
 	}
-	if len(patch.Edits) == 0 {
+	if len(patch.Edits) == 0 && len(patch.Dependencies) == 0 {
 		return Patch{}, resp.Usage, errors.New("coder: the model made no edit")
 	}
 	return patch, resp.Usage, nil
@@ -227,6 +234,9 @@ func Diagnose(ctx context.Context, p Provider, model string, in DiagnoseInput, t
 // may have been applied, wholly or partly, before a restart: an edit whose
 // old text is gone but whose new text is there counts as made.
 func ApplyPatch(ctx context.Context, env Env, p Patch, resumed bool) error {
+	if err := applyDependencies(ctx, env, p); err != nil {
+		return err
+	}
 	for i, e := range p.Edits {
 		err := env.Edit(ctx, e)
 		if err != nil && resumed && e.Old != "" {

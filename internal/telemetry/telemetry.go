@@ -57,6 +57,8 @@ type Metrics struct {
 	poolReady      *prometheus.GaugeVec
 	poolClaims     *prometheus.CounterVec
 	solveFailures  *prometheus.CounterVec
+	resolveAllow   *prometheus.CounterVec
+	dependencies   *prometheus.CounterVec
 }
 
 // gcKinds are what the collector removes (manager.GCKinds), the values of
@@ -114,7 +116,17 @@ func New(opts Options) *Metrics {
 			Name: "agentbox_solve_failures_total",
 			Help: "Failed test executions of the agent loop (agentbox solve), by category: syntax, import, assertion, timeout, oom, egress_denied, compile, other.",
 		}, []string{"category"}),
+		resolveAllow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentbox_egress_resolve_allowance_uses_total",
+			Help: "Times an operator's resolve allowance (egress.resolve_allow) let a host's internal address pass the egress checks, by host.",
+		}, []string{"host"}),
+		dependencies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentbox_dependency_requests_total",
+			Help: "Dependency admission requests, by result: admitted or denied.",
+		}, []string{"result"}),
 	}
+	m.dependencies.WithLabelValues("admitted")
+	m.dependencies.WithLabelValues("denied")
 	for _, c := range SolveCategories {
 		m.solveFailures.WithLabelValues(c)
 	}
@@ -138,7 +150,7 @@ func New(opts Options) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.createSeconds, m.createErrors, m.execSeconds, m.execs, m.egressDecision, m.gcRemovals, m.repairs,
-		m.poolReady, m.poolClaims, m.solveFailures,
+		m.poolReady, m.poolClaims, m.solveFailures, m.resolveAllow, m.dependencies,
 	)
 	if opts.Sandboxes != nil {
 		timeout := opts.ScrapeTimeout
@@ -248,4 +260,19 @@ var SolveCategories = []string{"syntax", "import", "assertion", "timeout", "oom"
 // ObserveSolveFailure counts one failed execution of the agent loop.
 func (m *Metrics) ObserveSolveFailure(category string) {
 	m.solveFailures.WithLabelValues(category).Inc()
+}
+
+// ObserveResolveAllowance counts one use of an operator's resolve
+// allowance for host.
+func (m *Metrics) ObserveResolveAllowance(host string) {
+	m.resolveAllow.WithLabelValues(host).Inc()
+}
+
+// ObserveDependency counts one dependency admission request.
+func (m *Metrics) ObserveDependency(admitted bool) {
+	r := "denied"
+	if admitted {
+		r = "admitted"
+	}
+	m.dependencies.WithLabelValues(r).Inc()
 }

@@ -9,86 +9,14 @@ import (
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agentbox/agentbox/internal/errdefs"
-	"github.com/agentbox/agentbox/internal/mountinfo"
+	"github.com/agentbox/agentbox/internal/hostbind"
 )
 
-// The workspace must be nosuid,nodev inside the sandbox (SECURITY.md B14).
-// A bind mount keeps the flags of the mount it is taken from, but Docker has
-// no way to add flags to a bind. So a workspace that already sits on a
-// nosuid,nodev mount (the overlay workspace driver mounts so) is bound
-// as is; any other gets a nosuid,nodev bind of its own under MountDir,
-// which Docker then binds into the container.
-
-// flagsKept maps the statfs flags of the source mount that its bind keeps.
-var flagsKept = []struct{ st, ms uintptr }{
-	{unix.ST_RDONLY, unix.MS_RDONLY},
-	{unix.ST_NOEXEC, unix.MS_NOEXEC},
-	{unix.ST_NOATIME, unix.MS_NOATIME},
-	{unix.ST_NODIRATIME, unix.MS_NODIRATIME},
-	{unix.ST_RELATIME, unix.MS_RELATIME},
-}
-
 // workspaceSource returns the host path to bind at /workspace for sandbox
-// id, and how to release what was made for it.
+// id (see package hostbind), and how to release what was made for it.
 func (b *Backend) workspaceSource(id, files string) (string, func() error, error) {
-	noop := func() error { return nil }
-	src, err := filepath.EvalSymlinks(files)
-	if err != nil {
-		return "", nil, errdefs.Invalid("%v", err)
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(src, &st); err != nil {
-		return "", nil, fmt.Errorf("statfs: %w", err)
-	}
-	if st.Flags&unix.ST_NOSUID != 0 && st.Flags&unix.ST_NODEV != 0 {
-		return src, noop, nil
-	}
-	if err := sameMountNamespaceAsEngine(); err != nil {
-		return "", nil, err
-	}
-	// One directory per create: a refused duplicate create of a live
-	// sandbox must not touch the bind that sandbox runs on.
-	dir := b.bindPath(id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", nil, fmt.Errorf("workspace bind directory: %w", err)
-	}
-	mp, err := os.MkdirTemp(dir, "")
-	if err != nil {
-		return "", nil, fmt.Errorf("workspace bind: %w", err)
-	}
-	release := func() error {
-		err := unmountAndRemove(mp)
-		os.Remove(dir) // only when no other bind of the sandbox is in it
-		return err
-	}
-	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV)
-	for _, f := range flagsKept {
-		if uintptr(st.Flags)&f.st != 0 {
-			flags |= f.ms
-		}
-	}
-	steps := []struct {
-		what        string
-		src, fstype string
-		flags       uintptr
-	}{
-		{"binding", src, "", unix.MS_BIND | unix.MS_REC},
-		{"making the bind nosuid,nodev", "", "", flags},
-		{"making the bind private", "", "", unix.MS_PRIVATE},
-	}
-	for _, s := range steps {
-		if err := unix.Mount(s.src, mp, s.fstype, s.flags, ""); err != nil {
-			release()
-			if errors.Is(err, unix.EPERM) {
-				return "", nil, fmt.Errorf("%s %s to %s: %w (the workspace is not on a nosuid,nodev mount and making one needs root): %w", s.what, src, mp, err, errdefs.ErrUnavailable)
-			}
-			return "", nil, fmt.Errorf("%s %s to %s: %w", s.what, src, mp, err)
-		}
-	}
-	return mp, release, nil
+	return hostbind.Workspace(b.bindPath(id), files, sameMountNamespaceAsEngine)
 }
 
 // bindPath is the directory of the workspace binds of sandbox id.
@@ -133,24 +61,8 @@ func (b *Backend) sweepBinds(ctx context.Context) error {
 }
 
 // unmountAndRemove detaches every mount at or below mp and removes the
-// directories. A missing mp is not an error.
-func unmountAndRemove(mp string) error {
-	if _, err := os.Lstat(mp); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	points, err := mountinfo.Under(mp)
-	if err != nil {
-		return fmt.Errorf("reading the mount table: %w", err)
-	}
-	for _, p := range points {
-		if err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("unmounting workspace bind %s: %w", p, err)
-		}
-	}
-	// Only empty directories are removed: after the unmount that is all
-	// there is, and anything else is not ours to delete.
-	return removeEmptyTree(mp)
-}
+// directories.
+func unmountAndRemove(mp string) error { return hostbind.UnmountAndRemove(mp) }
 
 // dockerPidFile is where dockerd writes its pid by default.
 const dockerPidFile = "/var/run/docker.pid"
@@ -177,30 +89,6 @@ func sameMountNamespaceAsEngine() error {
 	if self != engine {
 		return fmt.Errorf("this process runs in another mount namespace than dockerd (pid %s), which would not see a workspace bind made here; "+
 			"run it in the host's mount namespace or put workspaces on a nosuid,nodev mount (the overlay driver does): %w", pid, errdefs.ErrUnavailable)
-	}
-	return nil
-}
-
-// removeEmptyTree removes dir and the directories below it, deepest first,
-// and fails on anything that is not an empty directory.
-func removeEmptyTree(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("removing workspace bind directory: %w", err)
-	}
-	for _, e := range entries {
-		if !e.IsDir() {
-			return fmt.Errorf("removing workspace bind directory: %s holds %s after the unmount", dir, e.Name())
-		}
-		if err := removeEmptyTree(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing workspace bind directory: %w", err)
 	}
 	return nil
 }

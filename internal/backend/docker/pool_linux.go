@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/anonmount"
 	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/hostbind"
 )
 
 // poolPoint makes the pool point of sandbox id (see pool.go): an empty,
@@ -97,12 +98,7 @@ func (b *Backend) attach(id, files string) error {
 			unmountAndRemove(tmp)
 		}
 	}()
-	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV)
-	for _, f := range flagsKept {
-		if uintptr(st.Flags)&f.st != 0 {
-			flags |= f.ms
-		}
-	}
+	flags := hostbind.RemountFlags(st)
 	steps := []struct {
 		what     string
 		src, dst string

@@ -1,0 +1,640 @@
+// Package kubernetes is the execution backend that runs each sandbox as a
+// pod of a Kubernetes cluster, through client-go.
+//
+// The pod is pinned to the node the daemon runs on (Options.Node): the
+// workspace, the guest binary and the run directory, where the daemon
+// listens on a unix socket the guest dials, reach it as hostPath volumes,
+// exactly as the docker backend binds them. So the guest needs no network,
+// and the pod gets none from agentbox: no service account token, no
+// service links in its environment, a default-deny NetworkPolicy over
+// every agentbox pod of the namespace (for network plugins that enforce
+// them), and whatever egress its policy allows goes through agentbox's
+// proxy on the same socket path as on the other backends.
+//
+// Every pod is non-root where the guest allows it, with a read-only root,
+// every capability dropped but the few the guest needs to become its own
+// user (as on docker), no privilege escalation, the runtime's default
+// seccomp profile, requests and limits from the sandbox's limits, and the
+// RuntimeClass of Options.RuntimeClass (gVisor, for example).
+//
+// A pod cannot be stopped and kept: Stop deletes it gracefully, Remove at
+// once, and both wait until the kubelet reports it gone, so that nothing
+// of a sandbox runs after either returns.
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/agentbox/agentbox/internal/errdefs"
+	"github.com/agentbox/agentbox/internal/hostbind"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Name is the backend's name.
+const Name = "kubernetes"
+
+// LabelBackend names the backend on every pod, beside sandbox's labels.
+const LabelBackend = "agentbox.backend"
+
+// guestEnvPrefix starts every variable the guest may be given.
+const guestEnvPrefix = "AGENTBOX_GUEST_"
+
+// guestCaps are what a guest with a user of its own starts with (see the
+// docker backend): three it keeps, CAP_SETPCAP to empty its bounding set
+// before it drops that too.
+var guestCaps = []corev1.Capability{"SETUID", "SETGID", "KILL", "SETPCAP"}
+
+// validID is what a sandbox id must look like to name a pod.
+var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9_]{0,50}$`)
+
+// Options configure a Backend.
+type Options struct {
+	// Kubeconfig is the path of a kubeconfig file; empty: the in-cluster
+	// configuration (the daemon running as a pod).
+	Kubeconfig string
+	// Namespace holds agentbox's pods (default "agentbox"; made if missing).
+	Namespace string
+	// Node is the node the daemon runs on, where every pod is placed
+	// (the workspace is on its disk). Default: the host name.
+	Node string
+	// RuntimeClass, when set, is every pod's RuntimeClass (e.g. gvisor).
+	RuntimeClass string
+	// StopTimeout is the grace period of Stop (default 10s).
+	StopTimeout time.Duration
+	// MountDir holds the nosuid,nodev binds of workspaces that are not on
+	// such a mount already (see package hostbind); one per daemon.
+	MountDir string
+	// RequirePids fails a create whose pids limit cannot be written into
+	// the pod's cgroup on this node (see limitPids); otherwise the
+	// kubelet's podPidsLimit is all that holds.
+	RequirePids bool
+	// StartTimeout bounds how long Create waits for the pod to run
+	// (default 2m: an image being unpacked on a busy node).
+	StartTimeout time.Duration
+	// Logger receives what the backend does on its own.
+	Logger *slog.Logger
+}
+
+// Backend runs sandboxes as pods.
+type Backend struct {
+	c            k8s.Interface
+	ns           string
+	node         string
+	runtimeClass string
+	mountDir     string
+	requirePids  bool
+	stopTimeout  time.Duration
+	startTimeout time.Duration
+	log          *slog.Logger
+}
+
+// New connects to the cluster and makes the namespace and its default-deny
+// NetworkPolicy if they are missing.
+func New(ctx context.Context, o Options) (*Backend, error) {
+	if o.Namespace == "" {
+		o.Namespace = "agentbox"
+	}
+	if o.Node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes backend: the node's name: %w", err)
+		}
+		o.Node = h
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 10 * time.Second
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 2 * time.Minute
+	}
+	if o.MountDir == "" {
+		return nil, errdefs.Invalid("kubernetes backend: no mount directory")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes backend: kubeconfig %q: %w", o.Kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	c, err := k8s.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes backend: %w", err)
+	}
+	b := &Backend{c: c, ns: o.Namespace, node: o.Node, runtimeClass: o.RuntimeClass, mountDir: o.MountDir, requirePids: o.RequirePids,
+		stopTimeout: o.StopTimeout, startTimeout: o.StartTimeout, log: o.Logger.With("backend", Name)}
+	if err := b.prepare(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// prepare checks the node and makes the namespace and the NetworkPolicy.
+func (b *Backend) prepare(ctx context.Context) error {
+	if _, err := b.c.CoreV1().Nodes().Get(ctx, b.node, metav1.GetOptions{}); err != nil {
+		return fmt.Errorf("kubernetes backend: node %s (the daemon's own, where its workspaces are): %w", b.node, apiErr(err))
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns, Labels: map[string]string{sandbox.LabelManaged: "1"}}}
+	if _, err := b.c.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kubernetes backend: namespace %s: %w", b.ns, apiErr(err))
+	}
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "agentbox-default-deny", Labels: map[string]string{sandbox.LabelManaged: "1"}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{sandbox.LabelManaged: "1"}},
+			// Both directions named and no rule: nothing in, nothing out.
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		},
+	}
+	if _, err := b.c.NetworkingV1().NetworkPolicies(b.ns).Create(ctx, np, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kubernetes backend: default-deny NetworkPolicy in %s: %w", b.ns, apiErr(err))
+	}
+	return nil
+}
+
+// Name is "kubernetes".
+func (b *Backend) Name() string { return Name }
+
+// Client is the backend's clientset (for tests and the reconciler).
+func (b *Backend) Client() k8s.Interface { return b.c }
+
+// Namespace is where the backend's pods are.
+func (b *Backend) Namespace() string { return b.ns }
+
+// bindPath is the directory of the workspace binds of sandbox id.
+func (b *Backend) bindPath(id string) string { return filepath.Join(b.mountDir, id) }
+
+// podName is sandbox id's pod: a DNS label, so no underscore.
+func podName(id string) string { return "agentbox-" + strings.ReplaceAll(id, "_", "-") }
+
+// Create starts a pod running the guest and waits until its container
+// runs. On error the pod is deleted.
+func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sandbox.Info, err error) {
+	spec := req.Spec.WithDefaults()
+	if err := b.validate(req, spec); err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
+	}
+	// The workspace must be nosuid,nodev inside (SECURITY.md B14): a
+	// hostPath volume is a bind, which keeps the flags of its source.
+	files, release, err := hostbind.Workspace(b.bindPath(req.ID), req.Files, nil)
+	if err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: workspace %s: %w", req.ID, req.Files, err)
+	}
+	defer func() {
+		if err != nil {
+			if rerr := release(); rerr != nil {
+				b.log.Warn("releasing the workspace bind of a failed create", "sandbox_id", req.ID, "err", rerr)
+			}
+		}
+	}()
+	pod := b.pod(req, spec, files)
+	created, err := b.c.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s exists: %w", req.ID, pod.Name, errdefs.ErrConflict)
+		}
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, apiErr(err))
+	}
+	defer func() {
+		if err != nil {
+			// Not the caller's context: it may be what ended the wait.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.stopTimeout+30*time.Second)
+			defer cancel()
+			if rerr := b.delete(dctx, pod.Name, 0); rerr != nil {
+				b.log.Warn("deleting the pod of a failed create", "sandbox_id", req.ID, "pod", pod.Name, "err", rerr)
+			}
+		}
+	}()
+	running, err := b.waitRunning(ctx, created)
+	if err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, err)
+	}
+	if err := limitPids(string(running.UID), spec.Limits.Pids); err != nil {
+		if b.requirePids {
+			return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, err)
+		}
+		b.log.Warn("the sandbox's pids limit is the kubelet's podPidsLimit", "sandbox_id", req.ID, "err", err)
+	}
+	return b.info(running), nil
+}
+
+// validate checks what Create needs before anything is made.
+func (b *Backend) validate(req sandbox.CreateRequest, spec sandbox.Spec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if err := req.CheckGuestUser(); err != nil {
+		return err
+	}
+	if len(req.GuestEnv) == 0 {
+		return errdefs.Invalid("no guest environment: the guest would start without its token")
+	}
+	for _, e := range req.GuestEnv {
+		k, _, ok := strings.Cut(e, "=")
+		if !ok || !strings.HasPrefix(k, guestEnvPrefix) || strings.IndexByte(e, 0) >= 0 {
+			return errdefs.Invalid("guest environment entry %q is not %s*=value", k, guestEnvPrefix)
+		}
+	}
+	switch {
+	case !validID.MatchString(req.ID):
+		return errdefs.Invalid("sandbox id %q is not usable in a pod name", req.ID)
+	case req.WorkspaceID == "":
+		return errdefs.Invalid("no workspace id")
+	case req.UID <= 0 || req.GID <= 0:
+		return errdefs.Invalid("uid:gid %d:%d: sandboxes run as a non-root user and group", req.UID, req.GID)
+	case spec.Backend != "" && spec.Backend != Name:
+		return errdefs.Invalid("spec asks for backend %q, this is %q", spec.Backend, Name)
+	}
+	for _, p := range []struct{ what, path string }{{"workspace", req.Files}, {"run directory", req.RunDir}, {"guest", req.Guest}} {
+		if !strings.HasPrefix(p.path, "/") {
+			return errdefs.Invalid("%s path %q is not absolute", p.what, p.path)
+		}
+		fi, err := os.Stat(p.path)
+		if err != nil {
+			return errdefs.Invalid("%s: %v", p.what, err)
+		}
+		if wantDir := p.what != "guest"; fi.IsDir() != wantDir || (!wantDir && !fi.Mode().IsRegular()) {
+			return errdefs.Invalid("%s %s is not a %s", p.what, p.path, map[bool]string{true: "directory", false: "regular file"}[wantDir])
+		}
+	}
+	return nil
+}
+
+// pod is the pod of one sandbox.
+func (b *Backend) pod(req sandbox.CreateRequest, spec sandbox.Spec, files string) *corev1.Pod {
+	l := spec.Limits
+	no, yes := false, true
+	grace := int64(b.stopTimeout.Seconds() + 0.999)
+	uid, gid := int64(req.UID), int64(req.GID)
+	caps := &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}
+	nonRoot := &yes
+	if req.GuestUID != 0 {
+		// As on docker: the guest starts as root with only the
+		// capabilities it needs to become its own user and run commands
+		// as the sandbox user, and drops root before anything else runs.
+		uid, gid, nonRoot = 0, 0, &no
+		caps.Add = guestCaps
+	}
+	env := []corev1.EnvVar{}
+	for _, e := range append(req.GuestEnvUsers(), req.GuestEnv...) {
+		k, v, _ := strings.Cut(e, "=")
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
+	}
+	cpu := resource.NewMilliQuantity(int64(l.CPUs*1000+0.5), resource.DecimalSI)
+	mem := resource.NewQuantity(l.MemoryBytes, resource.BinarySI)
+	// Requests are a tenth of the CPU limit and a quarter of the memory
+	// limit: idle sandboxes are the common case, and requests equal to
+	// the limits would let a 2-core node hold two sandboxes.
+	cpuReq := resource.NewMilliQuantity(max(int64(l.CPUs*100), 10), resource.DecimalSI)
+	memReq := resource.NewQuantity(l.MemoryBytes/4, resource.BinarySI)
+	tmp := resource.NewQuantity(l.TmpBytes, resource.BinarySI)
+	file, dir := corev1.HostPathFile, corev1.HostPathDirectory
+	lbl := map[string]string{
+		sandbox.LabelManaged:   "1",
+		sandbox.LabelSandbox:   req.ID,
+		sandbox.LabelWorkspace: req.WorkspaceID,
+		LabelBackend:           Name,
+	}
+	if req.Owner != "" {
+		lbl[sandbox.LabelOwner] = req.Owner
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName(req.ID), Namespace: b.ns, Labels: lbl},
+		Spec: corev1.PodSpec{
+			NodeName:                      b.node,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			Hostname:                      strings.ReplaceAll(req.ID, "_", "-"),
+			TerminationGracePeriodSeconds: &grace,
+			// No DNS: the sandbox has no network to ask on.
+			DNSPolicy: corev1.DNSNone,
+			DNSConfig: &corev1.PodDNSConfig{},
+			SecurityContext: &corev1.PodSecurityContext{
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            "sandbox",
+				Image:           spec.Image,
+				ImagePullPolicy: corev1.PullNever,
+				Command:         []string{sandbox.GuestPath},
+				Args:            append([]string{}, req.GuestArgs...),
+				WorkingDir:      "/",
+				Env:             env,
+				Resources: corev1.ResourceRequirements{
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *mem},
+					Requests: corev1.ResourceList{corev1.ResourceCPU: *cpuReq, corev1.ResourceMemory: *memReq},
+				},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser:                &uid,
+					RunAsGroup:               &gid,
+					RunAsNonRoot:             nonRoot,
+					AllowPrivilegeEscalation: &no,
+					Privileged:               &no,
+					ReadOnlyRootFilesystem:   &yes,
+					Capabilities:             caps,
+				},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "guest", MountPath: sandbox.GuestPath, ReadOnly: true},
+					// Read-only, as on docker: the guest only connects to
+					// the daemon's socket there.
+					{Name: "run", MountPath: sandbox.RunDir, ReadOnly: true},
+					{Name: "workspace", MountPath: sandbox.WorkspaceDir},
+					{Name: "tmp", MountPath: "/tmp"},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "guest", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: req.Guest, Type: &file}}},
+				{Name: "run", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: req.RunDir, Type: &dir}}},
+				{Name: "workspace", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: files, Type: &dir}}},
+				// A tmpfs charged to the pod's memory, like docker's /tmp.
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmp}}},
+			},
+		},
+	}
+	if b.runtimeClass != "" {
+		p.Spec.RuntimeClassName = &b.runtimeClass
+	}
+	return p
+}
+
+// waitRunning watches pod until its container runs, or fails with the
+// reason the kubelet gives.
+func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.startTimeout)
+	defer cancel()
+	for {
+		if done, err := started(pod); done || err != nil {
+			return pod, err
+		}
+		w, err := b.c.CoreV1().Pods(b.ns).Watch(ctx, metav1.ListOptions{
+			FieldSelector:   "metadata.name=" + pod.Name,
+			ResourceVersion: pod.ResourceVersion,
+		})
+		if err != nil {
+			return nil, startErr(ctx, apiErr(err))
+		}
+		for ev := range w.ResultChan() {
+			switch ev.Type {
+			case watch.Deleted:
+				w.Stop()
+				return nil, fmt.Errorf("deleted while starting: %w", errdefs.ErrNotFound)
+			case watch.Error:
+				continue
+			}
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				pod = p
+				if done, err := started(pod); done || err != nil {
+					w.Stop()
+					return pod, err
+				}
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return nil, startErr(ctx, ctx.Err())
+		}
+		// The watch ended (the server closes them now and then): read
+		// the pod again and watch from there.
+		if pod, err = b.c.CoreV1().Pods(b.ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+			return nil, startErr(ctx, apiErr(err))
+		}
+	}
+}
+
+func startErr(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("not running before the start timeout: %w", errdefs.ErrUnavailable)
+	}
+	return err
+}
+
+// waitingFatal are container waiting reasons that do not resolve by
+// waiting: an image that is not on the node (nothing is pulled) or a
+// container the runtime cannot make.
+var waitingFatal = map[string]bool{
+	"ErrImageNeverPull":          true,
+	"InvalidImageName":           true,
+	"CreateContainerConfigError": true,
+	"CreateContainerError":       true,
+	"RunContainerError":          true,
+	"ImagePullBackOff":           true,
+	"ErrImagePull":               true,
+}
+
+// started reports whether pod's container runs (true, nil), will never
+// run (error), or may still (false, nil).
+func started(pod *corev1.Pod) (bool, error) {
+	switch pod.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		return false, fmt.Errorf("ended before it ran (%s: %s %s)%w", pod.Status.Phase, pod.Status.Reason, pod.Status.Message, containerEnd(pod))
+	}
+	if pod.DeletionTimestamp != nil {
+		return false, fmt.Errorf("deleted while starting: %w", errdefs.ErrNotFound)
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		switch {
+		case cs.State.Running != nil:
+			return true, nil
+		case cs.State.Terminated != nil:
+			return false, fmt.Errorf("the guest ended at once (exit %d, %s: %s)", cs.State.Terminated.ExitCode, cs.State.Terminated.Reason, cs.State.Terminated.Message)
+		case cs.State.Waiting != nil && waitingFatal[cs.State.Waiting.Reason]:
+			err := fmt.Errorf("%s: %s", cs.State.Waiting.Reason, cs.State.Waiting.Message)
+			if strings.Contains(cs.State.Waiting.Reason, "Image") {
+				return false, fmt.Errorf("image %s is not on node %s (nothing is pulled; import it into the node's container runtime): %w: %w", pod.Spec.Containers[0].Image, pod.Spec.NodeName, err, errdefs.ErrNotFound)
+			}
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+func containerEnd(pod *corev1.Pod) error {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil {
+			return fmt.Errorf("; the guest exited %d (%s)", t.ExitCode, t.Reason)
+		}
+	}
+	return nil
+}
+
+// info is what agentbox knows of a pod.
+func (b *Backend) info(p *corev1.Pod) sandbox.Info {
+	st := sandbox.StateStopped
+	if p.DeletionTimestamp == nil && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending) {
+		st = sandbox.StateRunning
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Terminated != nil {
+				st = sandbox.StateStopped
+			}
+		}
+	}
+	lbl := map[string]string{}
+	for k, v := range p.Labels {
+		if strings.HasPrefix(k, "agentbox.") {
+			lbl[k] = v
+		}
+	}
+	return sandbox.Info{ID: p.Labels[sandbox.LabelSandbox], Backend: Name, Ref: p.Name, State: st, Labels: lbl}
+}
+
+// Inspect reports on pod ref. A pod that is not agentbox's is not found.
+func (b *Backend) Inspect(ctx context.Context, ref string) (sandbox.Info, error) {
+	if ref == "" {
+		return sandbox.Info{}, errdefs.Invalid("empty pod reference")
+	}
+	p, err := b.c.CoreV1().Pods(b.ns).Get(ctx, ref, metav1.GetOptions{})
+	if err != nil {
+		return sandbox.Info{}, fmt.Errorf("inspecting sandbox pod %s: %w", ref, apiErr(err))
+	}
+	if p.Labels[sandbox.LabelManaged] != "1" || p.Labels[LabelBackend] != Name {
+		return sandbox.Info{}, fmt.Errorf("inspecting sandbox pod %s: not an agentbox pod: %w", ref, errdefs.ErrNotFound)
+	}
+	return b.info(p), nil
+}
+
+// List returns the pods carrying all the given labels, in name order.
+func (b *Backend) List(ctx context.Context, want map[string]string) ([]sandbox.Info, error) {
+	sel := map[string]string{LabelBackend: Name}
+	for k, v := range want {
+		sel[k] = v
+	}
+	pods, err := b.c.CoreV1().Pods(b.ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(sel).String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing sandbox pods: %w", apiErr(err))
+	}
+	out := make([]sandbox.Info, 0, len(pods.Items))
+	for i := range pods.Items {
+		out = append(out, b.info(&pods.Items[i]))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Ref < out[j].Ref })
+	return out, nil
+}
+
+// Stop deletes pod ref with its grace period and waits until it is gone:
+// a pod cannot be stopped and kept.
+func (b *Backend) Stop(ctx context.Context, ref string) error {
+	if err := b.delete(ctx, ref, int64(b.stopTimeout.Seconds()+0.999)); err != nil {
+		return fmt.Errorf("stopping sandbox pod %s: %w", ref, err)
+	}
+	return nil
+}
+
+// Remove deletes pod ref at once and waits until it is gone. A pod that is
+// already gone is not an error.
+func (b *Backend) Remove(ctx context.Context, ref string) error {
+	if err := b.delete(ctx, ref, 0); err != nil {
+		return fmt.Errorf("removing sandbox pod %s: %w", ref, err)
+	}
+	if id, ok := sandboxID(ref); ok {
+		if err := hostbind.UnmountAndRemove(b.bindPath(id)); err != nil {
+			return fmt.Errorf("removing sandbox pod %s: %w", ref, err)
+		}
+	}
+	return nil
+}
+
+// sandboxID is the sandbox id of pod name, if it is one of agentbox's.
+func sandboxID(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, "agentbox-")
+	if !ok {
+		return "", false
+	}
+	id := strings.ReplaceAll(rest, "-", "_")
+	return id, validID.MatchString(id) && podName(id) == name
+}
+
+// delete deletes pod name with grace seconds and waits until the API
+// server no longer has it, which it only allows once the kubelet has
+// ended its containers.
+func (b *Backend) delete(ctx context.Context, name string, grace int64) error {
+	if name == "" || strings.ContainsAny(name, "/ ") {
+		return errdefs.Invalid("pod reference %q", name)
+	}
+	pods := b.c.CoreV1().Pods(b.ns)
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return apiErr(err)
+	}
+	if p.Labels[sandbox.LabelManaged] != "1" || p.Labels[LabelBackend] != Name {
+		return fmt.Errorf("not an agentbox pod: %w", errdefs.ErrNotFound)
+	}
+	uid := p.UID
+	err = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return apiErr(err)
+	}
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: p.ResourceVersion})
+	if err != nil {
+		return apiErr(err)
+	}
+	defer w.Stop()
+	for {
+		// A watch may end before the pod does: look again each time.
+		cur, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
+			return nil
+		}
+		if err != nil {
+			return apiErr(err)
+		}
+		select {
+		case ev, ok := <-w.ResultChan():
+			if ok && ev.Type == watch.Deleted {
+				return nil
+			}
+			if !ok {
+				if w, err = pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name}); err != nil {
+					return apiErr(err)
+				}
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// apiErr classifies an error of the API server.
+func apiErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrNotFound)
+	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrConflict)
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsForbidden(err):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrInvalid)
+	case apierrors.IsServerTimeout(err), apierrors.IsServiceUnavailable(err), apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrUnavailable)
+	}
+	return err
+}
