@@ -286,6 +286,8 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	b.waitFor(t, "the exec's second line, live", `document.getElementById('live-output').textContent.includes('exec-second-line-live')`)
 	b.waitFor(t, "the exec shown ended", `/exited exit 0/.test(document.getElementById('live-head').textContent)`)
+	// The last commands follow the exec.finished events as they come.
+	b.waitFor(t, "the exec among the last commands, live", `document.querySelector('table.commands')?.textContent.includes('exec-go-on')`)
 	if err := <-execDone; err != nil {
 		t.Fatalf("the exec: %v", err)
 	}
