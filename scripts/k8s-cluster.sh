@@ -7,8 +7,9 @@
 # the pod sandbox ("pause") image is built here from scripts/k8s/pause and agentbox's images
 # are imported from dockerd's store.
 #
-# The cluster gives pods no network but their loopback: the CNI configuration has only the
-# loopback plugin, so a pod has no interface a packet could leave by. agentbox's sandboxes
+# The cluster gives pods no network but their loopback: its only CNI plugin, nonet
+# (scripts/k8s/nonet), configures nothing and reports an address for containerd's sake, so
+# a pod has no interface a packet could leave by. agentbox's sandboxes
 # need nothing more (the guest reaches the daemon through a unix socket on a node-local
 # volume, egress goes through agentbox's proxy the same way); agentbox still writes a
 # default-deny NetworkPolicy for clusters whose network plugin enforces them.
@@ -57,6 +58,11 @@ alive() {
 	local f
 	f=$(pidfile "$1")
 	[[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+all_alive() {
+	local p
+	for p in "${PARTS[@]}"; do alive "$p" || return 1; done
 }
 
 # start NAME CMD...: runs one part in the background, its output in $LOGS/NAME.log.
@@ -147,21 +153,41 @@ EOF
 }
 
 configs() {
-	mkdir -p "$STATE/cni" "$STATE/containerd" "$STATE/kubelet"
-	cat >"$STATE/cni/10-loopback.conflist" <<'EOF'
-{"cniVersion": "0.4.0", "name": "agentbox-none", "plugins": [{"type": "loopback"}]}
+	mkdir -p "$STATE/cni" "$STATE/cni-bin" "$STATE/containerd" "$STATE/kubelet"
+	rm -f "$STATE/cni/10-loopback.conflist"
+	cat >"$STATE/cni/10-nonet.conflist" <<'EOF'
+{"cniVersion": "0.4.0", "name": "agentbox-nonet", "plugins": [{"type": "nonet"}]}
 EOF
-	# The runsc handler: the runc shim runs runsc as its OCI runtime, through a
-	# wrapper that adds the flags this machine's gVisor needs (as dockerd's
-	# registration does).
-	local runsc
+	ln -sf /usr/lib/cni/loopback "$STATE/cni-bin/loopback"
+	if [[ ! -x $STATE/cni-bin/nonet || $HERE/k8s/nonet/main.go -nt $STATE/cni-bin/nonet ]]; then
+		(cd "$HERE/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$STATE/cni-bin/nonet" ./nonet)
+	fi
+	# The runsc handler: gVisor's own containerd shim, which runs a pod's containers in one
+	# sandbox, with the flags this machine's gVisor needs (as dockerd's registration has
+	# them), when a shim built at the version of the runsc registered with dockerd is in the
+	# cache (`GOBIN=DIR CGO_ENABLED=0 go install gvisor.dev/gvisor/shim@VERSION`, renamed
+	# containerd-shim-runsc-v1). Not built by setup-k8s.sh: the shim sets its own
+	# oom_score_adj to -999, which root cannot here (it lacks CAP_SYS_RESOURCE: the machine is
+	# itself a sandbox), so it fails to start on this machine. The runc shim running runsc as
+	# its runtime does not work either: a pod's containers must share one gVisor sandbox.
+	local runsc shim=""
 	runsc=$(jq -r '.runtimes.runsc.path // empty' /etc/docker/daemon.json 2>/dev/null || true)
+	rm -f "$STATE/runsc"
+	mkdir -p "$STATE/bin"
 	if [[ -n $runsc && -x $runsc ]]; then
-		cat >"$STATE/runsc" <<EOF
-#!/bin/sh
-exec $runsc --network=none --host-uds=open --platform=systrap "\$@"
+		shim=${AGENTBOX_CACHE:-/var/cache/agentbox}/k8s/gvisor-shim/$(basename "$(dirname "$runsc")")/containerd-shim-runsc-v1
+	fi
+	if [[ -n $shim && -x $shim ]]; then
+		ln -sf "$shim" "$STATE/bin/containerd-shim-runsc-v1"
+		cat >"$STATE/runsc.toml" <<EOF
+binary_name = "$runsc"
+root = "${RUN}/runsc"
+[runsc_config]
+  network = "none"
+  host-uds = "open"
+  platform = "systrap"
 EOF
-		chmod 0755 "$STATE/runsc"
+		touch "$STATE/runsc"
 	fi
 	cat >"$STATE/containerd/config.toml" <<EOF
 version = 2
@@ -176,17 +202,24 @@ disabled_plugins = ["io.containerd.grpc.v1.cri.v1alpha2"]
   sandbox_image = "docker.io/${PAUSE_IMAGE}"
   enable_unprivileged_ports = false
   enable_unprivileged_icmp = false
+  # Root here lacks CAP_SYS_RESOURCE (the machine is itself a sandbox), so no process may
+  # lower its oom_score_adj: the kubelet's -998 for a pod's sandbox container would fail
+  # runc's init. This keeps every container's at or above containerd's own.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "${STATE}/cni-bin"
     conf_dir = "${STATE}/cni"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "${RUN}/runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
-      runtime_type = "io.containerd.runc.v2"
+      runtime_type = "io.containerd.runsc.v1"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
-        BinaryName = "${STATE}/runsc"
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "${STATE}/runsc.toml"
 EOF
 	cat >"$STATE/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -233,7 +266,8 @@ import_images() {
 		rm -rf "$tmp"
 		IMAGES="$PAUSE_IMAGE $IMAGES"
 	fi
-	local img id want
+	local img id want mark
+	mkdir -p "$STATE/imported"
 	for img in $IMAGES; do
 		id=$(docker image inspect -f '{{.Id}}' "$img" 2>/dev/null) || {
 			log "image $img: not in dockerd, not imported"
@@ -241,18 +275,22 @@ import_images() {
 		}
 		want=docker.io/$img
 		[[ $img == */*/* ]] && want=$img
-		if "${ctr[@]}" images ls "name==$want" | grep -q "${id#sha256:}"; then
+		# What was imported is recorded by dockerd's image id: containerd
+		# lists the manifest's digest, which a docker save makes anew.
+		mark=$STATE/imported/$(printf '%s' "$img" | tr '/:' '__')
+		if [[ -f $mark && $(cat "$mark") == "$id" ]] && "${ctr[@]}" images ls -q | grep -qx "$want"; then
 			continue
 		fi
 		log "importing $img into the cluster's containerd"
-		docker save "$img" | "${ctr[@]}" images import --no-unpack=false - >/dev/null
+		docker save "$img" | "${ctr[@]}" images import - >/dev/null
+		echo "$id" >"$mark"
 	done
 }
 
 up() {
 	[[ -f $BIN/.complete ]] || die "no kubernetes binaries at $BIN: run scripts/setup-k8s.sh"
 	mkdir -p "$RUN" "$LOGS" "$STATE"
-	if alive kubelet && kubectl get --raw /readyz >/dev/null 2>&1 &&
+	if all_alive && kubectl get --raw /readyz >/dev/null 2>&1 &&
 		kubectl get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True; then
 		import_images
 		echo "$STATE/admin.kubeconfig"
@@ -260,11 +298,13 @@ up() {
 	fi
 	pki
 	configs
+	# kubectl beside the kubeconfig, for whoever holds one (agentbox bench looks there).
+	ln -sf "$BIN/kubectl" "$STATE/kubectl"
 	start etcd etcd --name agentbox --data-dir "$STATE/etcd" \
 		--listen-client-urls "http://127.0.0.1:${ETCD_PORT}" --advertise-client-urls "http://127.0.0.1:${ETCD_PORT}" \
 		--listen-peer-urls http://127.0.0.1:23792 --initial-advertise-peer-urls http://127.0.0.1:23792 \
 		--initial-cluster agentbox=http://127.0.0.1:23792
-	start containerd containerd --config "$STATE/containerd/config.toml"
+	PATH="$STATE/bin:$PATH" start containerd containerd --config "$STATE/containerd/config.toml"
 	wait_for containerd 30 ctr --address "$CTRD_SOCK" version
 	import_images
 	start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:${ETCD_PORT}" \
@@ -288,7 +328,7 @@ up() {
 		--hostname-override "$NODE" --node-ip 127.0.0.1
 	wait_for "the node ${NODE}" 120 sh -c "'$BIN/kubectl' --kubeconfig '$STATE/admin.kubeconfig' get node '$NODE' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 	wait_for "the default service account" 60 kubectl -n default get serviceaccount default
-	if [[ -x $STATE/runsc ]]; then
+	if [[ -f $STATE/runsc ]]; then
 		# gVisor for pods that name it (agentbox's kubernetes.runtime_class).
 		printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n' |
 			kubectl apply -f - >/dev/null
