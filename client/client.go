@@ -647,20 +647,34 @@ type Event = apitypes.Event
 // EventFilter selects events.
 type EventFilter struct {
 	Repo, Workspace, Sandbox, Type string
-	After                          int64
-	Limit                          int
+	// TypePrefix keeps the types that start with it; Actor one actor's
+	// events; Object one repo's, workspace's or sandbox's, by its ID.
+	TypePrefix, Actor, Object string
+	After                     int64
+	// Before keeps the events before this ID; Newest lists the newest
+	// first (the last Limit before Before) instead of the oldest.
+	Before int64
+	Newest bool
+	Limit  int
 }
 
-// Events lists the event log, oldest first.
+// Events lists the event log, oldest first (f.Newest: newest first).
 func (c *Client) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"repo": f.Repo, "workspace": f.Workspace, "sandbox": f.Sandbox, "type": f.Type} {
+	for k, v := range map[string]string{"repo": f.Repo, "workspace": f.Workspace, "sandbox": f.Sandbox, "type": f.Type,
+		"type_prefix": f.TypePrefix, "actor": f.Actor, "object": f.Object} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
 	if f.After > 0 {
 		q.Set("after", strconv.FormatInt(f.After, 10))
+	}
+	if f.Before > 0 {
+		q.Set("before", strconv.FormatInt(f.Before, 10))
+	}
+	if f.Newest {
+		q.Set("order", "newest")
 	}
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))

@@ -102,9 +102,52 @@ func (c *Client) ProcessLogs(ctx context.Context, target, id string, o LogOption
 // ended and everything was sent, and returns the ended process. It
 // returns early with fn's error, or ctx's.
 func (c *Client) FollowProcessLogs(ctx context.Context, target, id string, o LogOptions, fn func(ProcessLogs) error) (Process, error) {
-	resp, err := c.do(ctx, request{method: "GET", path: procPath(target, id, "logs"), query: o.query(true), accept: "application/x-ndjson"})
+	last, err := c.followOutput(ctx, procPath(target, id, "logs"), o, "process "+id, fn, func(l ProcessLogs) bool { return l.Process != nil })
 	if err != nil {
 		return Process{}, err
+	}
+	return *last.Process, nil
+}
+
+// LiveExec is an ordinary exec (not a background process) of the daemon,
+// running or recently ended, whose recent output it keeps for any client
+// to follow.
+type LiveExec = apitypes.LiveExec
+
+// LiveExecs lists a workspace's live execs (target is a workspace or a
+// sandbox ID), newest first.
+func (c *Client) LiveExecs(ctx context.Context, target string) ([]LiveExec, error) {
+	var l apitypes.LiveExecList
+	err := c.json(ctx, request{method: "GET", path: "/v1/workspaces/" + esc(target) + "/execs"}, &l)
+	return l.Execs, err
+}
+
+// LiveExecOutput reads one output stream of a live exec from an offset,
+// as ProcessLogs does.
+func (c *Client) LiveExecOutput(ctx context.Context, id string, o LogOptions) (ProcessLogs, error) {
+	var l ProcessLogs
+	return l, c.json(ctx, request{method: "GET", path: "/v1/execs/" + esc(id) + "/output", query: o.query(false)}, &l)
+}
+
+// FollowLiveExecOutput calls fn with each chunk of one output stream of
+// a live exec (one that another client's request runs, say) as the
+// command writes it, until the exec has ended and everything was sent,
+// and returns the ended exec. It returns early with fn's error, or ctx's.
+func (c *Client) FollowLiveExecOutput(ctx context.Context, id string, o LogOptions, fn func(ProcessLogs) error) (LiveExec, error) {
+	last, err := c.followOutput(ctx, "/v1/execs/"+esc(id)+"/output", o, "exec "+id, fn, func(l ProcessLogs) bool { return l.Exec != nil })
+	if err != nil {
+		return LiveExec{}, err
+	}
+	return *last.Exec, nil
+}
+
+// followOutput reads a followed output stream at path (NDJSON
+// ProcessLogs lines), calling fn with every chunk of data, until the line
+// for which last is true, which it returns.
+func (c *Client) followOutput(ctx context.Context, path string, o LogOptions, what string, fn func(ProcessLogs) error, last func(ProcessLogs) bool) (ProcessLogs, error) {
+	resp, err := c.do(ctx, request{method: "GET", path: path, query: o.query(true), accept: "application/x-ndjson"})
+	if err != nil {
+		return ProcessLogs{}, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -119,27 +162,27 @@ func (c *Client) FollowProcessLogs(ctx context.Context, target, id string, o Log
 			Error *struct{ Code, Message string } `json:"error"`
 		}
 		if err := json.Unmarshal(line, &l); err != nil {
-			return Process{}, fmt.Errorf("reading the logs of process %s: %w", id, err)
+			return ProcessLogs{}, fmt.Errorf("reading the output of %s: %w", what, err)
 		}
 		if l.Error != nil {
-			return Process{}, &Error{Code: l.Error.Code, Message: l.Error.Message}
+			return ProcessLogs{}, &Error{Code: l.Error.Code, Message: l.Error.Message}
 		}
 		if len(l.Data) > 0 || l.DataB64 != "" || l.Dropped > 0 {
 			if err := fn(l.ProcessLogs); err != nil {
-				return Process{}, err
+				return ProcessLogs{}, err
 			}
 		}
-		if l.Process != nil {
-			return *l.Process, nil
+		if last(l.ProcessLogs) {
+			return l.ProcessLogs, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return Process{}, fmt.Errorf("reading the logs of process %s: %w", id, err)
+		return ProcessLogs{}, fmt.Errorf("reading the output of %s: %w", what, err)
 	}
 	if ctx.Err() != nil {
-		return Process{}, ctx.Err()
+		return ProcessLogs{}, ctx.Err()
 	}
-	return Process{}, fmt.Errorf("reading the logs of process %s: %w", id, io.ErrUnexpectedEOF)
+	return ProcessLogs{}, fmt.Errorf("reading the output of %s: %w", what, io.ErrUnexpectedEOF)
 }
 
 // WriteStdin queues data for a process's input and closes it when close

@@ -24,12 +24,15 @@ type UsageFilter struct {
 	// after it: an RFC 3339 time, or a Go duration ("2h") meaning that long
 	// before the daemon's now.
 	Since string
+	// ByWorkspace sums per task and workspace: the rows are then in
+	// Usage.Workspaces, each with its solve run.
+	ByWorkspace bool
 }
 
 // Usage is the reply of Usage.
 type Usage = apitypes.Usage
 
-// Usage sums usage per task label.
+// Usage sums usage per task label, or per task and workspace.
 func (c *Client) Usage(ctx context.Context, f UsageFilter) (Usage, error) {
 	q := url.Values{}
 	if f.Task != "" {
@@ -37,6 +40,9 @@ func (c *Client) Usage(ctx context.Context, f UsageFilter) (Usage, error) {
 	}
 	if f.Since != "" {
 		q.Set("since", f.Since)
+	}
+	if f.ByWorkspace {
+		q.Set("by", "workspace")
 	}
 	var u Usage
 	return u, c.json(ctx, request{method: "GET", path: "/v1/usage", query: q}, &u)

@@ -395,8 +395,17 @@ func (s *Server) forks(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.EventFilter{RepoID: q.Get("repo"), WorkspaceID: q.Get("workspace"), SandboxID: q.Get("sandbox"), Type: q.Get("type")}
-	for name, dst := range map[string]*int64{"after": &f.AfterID} {
+	f := store.EventFilter{RepoID: q.Get("repo"), WorkspaceID: q.Get("workspace"), SandboxID: q.Get("sandbox"), Type: q.Get("type"),
+		TypePrefix: q.Get("type_prefix"), Actor: q.Get("actor"), Object: q.Get("object")}
+	switch order := q.Get("order"); order {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		writeError(w, errdefs.Invalid("query parameter order=%q is not oldest or newest", order))
+		return
+	}
+	for name, dst := range map[string]*int64{"after": &f.AfterID, "before": &f.BeforeID} {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {
@@ -420,6 +429,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if follow {
+		if f.Newest || f.BeforeID != 0 {
+			writeError(w, errdefs.Invalid("follow streams the events after after, oldest first: it takes no order=newest or before"))
+			return
+		}
 		s.followEvents(w, r, f)
 		return
 	}

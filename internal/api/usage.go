@@ -12,17 +12,27 @@ import (
 // taskUsage is the API's view of one task's usage (see manager.Usage for
 // what is counted): times in seconds, egress summed as well.
 func taskUsage(u store.TaskUsage) apitypes.TaskUsage {
-	return apitypes.TaskUsage{Task: u.Task, Workspaces: u.Workspaces, Execs: u.Execs,
+	return apitypes.TaskUsage{Task: u.Task, WorkspaceID: u.WorkspaceID, Workspaces: u.Workspaces, Execs: u.Execs,
 		CPUSeconds: time.Duration(u.CPUNanos).Seconds(), PeakMemBytes: u.PeakMemBytes,
 		WallSeconds: time.Duration(u.WallNanos).Seconds(), OutputBytes: u.OutputBytes,
-		EgressBytes: u.EgressBytesUp + u.EgressBytesDown, EgressBytesUp: u.EgressBytesUp, EgressBytesDown: u.EgressBytesDown}
+		EgressBytes: u.EgressBytesUp + u.EgressBytesDown, EgressBytesUp: u.EgressBytesUp, EgressBytesDown: u.EgressBytesDown,
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostUSD: u.CostUSD, SolveRun: u.SolveRun}
 }
 
-// usage sums usage per task label: ?task=LABEL keeps one, ?since=T (RFC
-// 3339, or a Go duration meaning that long ago) keeps what started since.
+// usage sums usage per task label (?by=workspace: per task and
+// workspace): ?task=LABEL keeps one, ?since=T (RFC 3339, or a Go duration
+// meaning that long ago) keeps what started since.
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.UsageFilter{Task: q.Get("task")}
+	switch by := q.Get("by"); by {
+	case "", "task":
+	case "workspace":
+		f.ByWorkspace = true
+	default:
+		writeError(w, errdefs.Invalid("usage: by %q is not task or workspace", by))
+		return
+	}
 	var reply apitypes.Usage
 	if v := q.Get("since"); v != "" {
 		t, err := ParseSince(v, time.Now())
@@ -38,9 +48,13 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	reply.Tasks = make([]apitypes.TaskUsage, 0, len(us))
+	rows := make([]apitypes.TaskUsage, 0, len(us))
 	for _, u := range us {
-		reply.Tasks = append(reply.Tasks, taskUsage(u))
+		rows = append(rows, taskUsage(u))
+	}
+	reply.Tasks = rows
+	if f.ByWorkspace {
+		reply.Tasks, reply.Workspaces = []apitypes.TaskUsage{}, rows
 	}
 	writeJSON(w, 200, reply)
 }

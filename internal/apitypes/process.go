@@ -61,8 +61,9 @@ type ProcessList struct {
 	Processes []Process `json:"processes"`
 }
 
-// ProcessLogs is a slice of one output stream of a process: the reply to
-// a read of its logs, and each line of a followed read (NDJSON).
+// ProcessLogs is a slice of one output stream of a process or of a
+// running exec: the reply to a read of its logs, and each line of a
+// followed read (NDJSON).
 type ProcessLogs struct {
 	// Stream is stdout or stderr.
 	Stream string `json:"stream" enum:"stdout,stderr"`
@@ -81,6 +82,46 @@ type ProcessLogs struct {
 	// on its last line only, once the process has ended and every byte
 	// was sent.
 	Process *Process `json:"process,omitempty"`
+	// Exec is the exec as of the read, for the output of an exec
+	// (/v1/execs/{id}/output); a followed read sends it on its last line
+	// only, once the exec has ended and every byte was sent.
+	Exec *LiveExec `json:"exec,omitempty"`
+}
+
+// --- live execs
+
+// LiveExec is an exec this daemon runs for a request that waits for it
+// (not a background process), while it runs and for a short while after:
+// the daemon keeps the last RingBytes of each of its stdout and stderr,
+// so that any client, not only the one that started it, can follow its
+// output (/v1/execs/{id}/output).
+type LiveExec struct {
+	// ID is the exec's record (ex_...).
+	ID          string   `json:"id"`
+	WorkspaceID string   `json:"workspace_id"`
+	SandboxID   string   `json:"sandbox_id"`
+	Argv        []string `json:"argv"`
+	// State is running, or how the exec ended: exited, timed_out, killed
+	// or lost.
+	State string `json:"state" enum:"running,exited,timed_out,killed,lost"`
+	// ExitCode is the command's exit status; -1 while it runs, and when it
+	// was lost or ended by a signal.
+	ExitCode   int        `json:"exit_code"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// StdoutBytes and StderrBytes count what the command wrote so far.
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	// RingBytes is how much of each stream the daemon keeps; 0 when it
+	// keeps none of this exec's (more execs ran at once than the daemon
+	// keeps output for).
+	RingBytes int64 `json:"ring_bytes"`
+}
+
+// LiveExecList is the reply to a listing of a workspace's live execs,
+// newest first.
+type LiveExecList struct {
+	Execs []LiveExec `json:"execs"`
 }
 
 // LogQuery selects what a read of a process's logs returns (the query

@@ -104,7 +104,9 @@ type EventList struct {
 // CPU time (the commands' whole process trees), the largest peak memory
 // of one command, wall time, output, and the bytes their egress moved.
 type TaskUsage struct {
-	Task            string  `json:"task"`
+	Task string `json:"task"`
+	// WorkspaceID is the workspace of a row of Usage.Workspaces.
+	WorkspaceID     string  `json:"workspace_id,omitempty"`
 	Workspaces      int64   `json:"workspaces"`
 	Execs           int64   `json:"execs"`
 	CPUSeconds      float64 `json:"cpu_seconds"`
@@ -114,13 +116,27 @@ type TaskUsage struct {
 	EgressBytes     int64   `json:"egress_bytes"`
 	EgressBytesUp   int64   `json:"egress_bytes_up"`
 	EgressBytesDown int64   `json:"egress_bytes_down"`
+	// InputTokens, OutputTokens and CostUSD sum what the agent loop's
+	// model calls spent (agentbox solve): an attempt's spending counts
+	// for its fork's workspace and that workspace's task.
+	InputTokens  int64   `json:"input_tokens"`
+	OutputTokens int64   `json:"output_tokens"`
+	CostUSD      float64 `json:"cost_usd"`
+	// SolveRun is the solve run of a workspace's attempt (rows of
+	// Usage.Workspaces only).
+	SolveRun string `json:"solve_run,omitempty"`
 }
 
-// Usage is the reply of a usage query: usage per task label.
+// Usage is the reply of a usage query: usage per task label, or per task
+// and workspace.
 type Usage struct {
 	// Since echoes the window's start; absent for all time.
-	Since *time.Time  `json:"since,omitempty"`
+	Since *time.Time `json:"since,omitempty"`
+	// Tasks has a row per task label (by=task, the default).
 	Tasks []TaskUsage `json:"tasks"`
+	// Workspaces has a row per task label and workspace (by=workspace;
+	// Tasks is then empty).
+	Workspaces []TaskUsage `json:"workspaces,omitempty"`
 }
 
 // SandboxUsage is what one sandbox used. The exec figures sum the

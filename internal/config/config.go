@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -168,6 +169,20 @@ type Config struct {
 	// Kubernetes, when set, adds the kubernetes backend: each of its
 	// sandboxes is a pod of that cluster on this daemon's node.
 	Kubernetes *Kubernetes `json:"kubernetes"`
+	// Dashboard configures the web dashboard served at / on Listen.
+	Dashboard Dashboard `json:"dashboard"`
+}
+
+// Dashboard configures the web dashboard.
+type Dashboard struct {
+	// PublicOrigin is the origin browsers open the dashboard at when a
+	// reverse proxy stands in front of the daemon's TCP listener, such as
+	// one that ends TLS: "https://agentbox.example.com" (scheme, host and
+	// port; nothing else). The session cookie is then Secure when it is
+	// https, and a state-changing request must come from exactly this
+	// origin (the proxy may rewrite Host). Empty: the origin is the
+	// request's own, http:// unless the daemon itself served TLS.
+	PublicOrigin string `json:"public_origin"`
 }
 
 // Backends are the execution backends' names.
@@ -470,6 +485,14 @@ func (c *Config) Validate() error {
 	if c.AuthorName == "" || c.AuthorEmail == "" || strings.ContainsAny(c.AuthorName+c.AuthorEmail, "<>\n") {
 		probs = append(probs, "author_name and author_email must be set and contain no <, > or newline")
 	}
+	if c.Dashboard.PublicOrigin != "" {
+		o, err := CanonicalOrigin(c.Dashboard.PublicOrigin)
+		if err != nil {
+			probs = append(probs, "dashboard.public_origin: "+err.Error())
+		} else {
+			c.Dashboard.PublicOrigin = o
+		}
+	}
 	if c.DefaultBackend != "auto" && !slices.Contains(Backends, c.DefaultBackend) {
 		probs = append(probs, fmt.Sprintf("default_backend %q is not one of auto, %s", c.DefaultBackend, strings.Join(Backends, ", ")))
 	}
@@ -530,4 +553,43 @@ func checkStoreURL(s string) string {
 		return fmt.Sprintf("store %s names no database (postgres://HOST/DATABASE)", store.RedactURL(s))
 	}
 	return ""
+}
+
+// CanonicalOrigin checks that s is a web origin, http(s)://HOST[:PORT]
+// with no user, path (but "/"), query or fragment, and returns it as a
+// browser sends it in an Origin header: scheme and host in lower case,
+// no trailing slash, no default port.
+func CanonicalOrigin(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a URL", s)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	switch {
+	case scheme != "http" && scheme != "https":
+		return "", fmt.Errorf("%q is not an http:// or https:// origin", s)
+	case u.Host == "" || u.Hostname() == "":
+		return "", fmt.Errorf("%q names no host", s)
+	case u.User != nil:
+		return "", fmt.Errorf("%q holds a user name: an origin is scheme, host and port only", s)
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery || u.Opaque != "":
+		return "", fmt.Errorf("%q has a path, query or fragment: an origin is scheme, host and port only", s)
+	}
+	host := strings.ToLower(u.Hostname())
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	port := u.Port()
+	if port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("%q has port %q, not 1 to 65535", s, port)
+		}
+	}
+	if (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
+		port = ""
+	}
+	if port != "" {
+		host += ":" + port
+	}
+	return scheme + "://" + host, nil
 }

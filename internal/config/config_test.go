@@ -107,3 +107,37 @@ func TestStoreURL(t *testing.T) {
 		t.Errorf("AGENTBOX_STORE: store %q, %v", c.Store, err)
 	}
 }
+
+// TestDashboardPublicOrigin: the setting is read from the file, checked,
+// and written as a browser sends an Origin header.
+func TestDashboardPublicOrigin(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("data_dir: /srv/ab\ndashboard: {public_origin: 'HTTPS://AgentBox.Example.com:443/'}\n"), 0o600)
+	c, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Dashboard.PublicOrigin != "https://agentbox.example.com" {
+		t.Errorf("public_origin = %q, want https://agentbox.example.com", c.Dashboard.PublicOrigin)
+	}
+	for in, want := range map[string]string{
+		"https://a.example:8443": "https://a.example:8443",
+		"http://a.example:80":    "http://a.example",
+		"https://[::1]:9000":     "https://[::1]:9000",
+	} {
+		if got, err := CanonicalOrigin(in); err != nil || got != want {
+			t.Errorf("CanonicalOrigin(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"agentbox.example.com", "ftp://a.example", "https://", "https://u:p@a.example",
+		"https://a.example/ui", "https://a.example?x=1", "https://a.example#f", "https://a.example:0", "https://a.example:99999", "javascript:alert(1)"} {
+		c := Default()
+		c.Dashboard.PublicOrigin = bad
+		if err := c.Validate(); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "dashboard.public_origin") {
+			t.Errorf("public_origin %q: %v, want it refused", bad, err)
+		}
+	}
+}

@@ -208,7 +208,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP, Solver: solver, NodeKey: nodeKey})
 	// The web dashboard at / and /ui/, in front of the API: it logs in
 	// with the same token and calls /v1 through it.
-	web := dashboard.New(dashboard.Options{Token: cfg.Token, API: apiServer, Logger: log.With("component", "dashboard")})
+	web, err := dashboard.New(dashboard.Options{Token: cfg.Token, API: apiServer, Logger: log.With("component", "dashboard"),
+		PublicOrigin: cfg.Dashboard.PublicOrigin})
+	if err != nil {
+		return err
+	}
 	// Requests do not end with ctx (SIGTERM) but with reqCtx, at the end
 	// of the grace period; see shutdown. MCP tool calls run in their
 	// sessions, not in a request: they end then too.

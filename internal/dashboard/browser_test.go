@@ -189,6 +189,14 @@ func TestDashboardBrowser(t *testing.T) {
 	b := newBrowser(t)
 	ctx := t.Context()
 
+	// A run of the agent loop with a scripted model that reports what
+	// its calls cost; it runs while the test goes on, and the usage page
+	// shows its tokens and cost.
+	run, err := d.CL.Solve(ctx, client.SolveRequest{Repo: ws.RepoID, Task: hostileSolveTask, Test: "true", Model: "scripted", Script: solveScript})
+	if err != nil {
+		t.Fatalf("solve: %v", err)
+	}
+
 	// A background process whose command and output hold HTML, and which
 	// waits for a file before it says its second line.
 	proc, err := d.CL.StartProcess(ctx, ws.ID, client.Exec{Argv: []string{"sh", "-c",
@@ -232,6 +240,64 @@ func TestDashboardBrowser(t *testing.T) {
 	if p, err := d.CL.GetProcess(ctx, ws.ID, proc.ID); err != nil || p.State != "exited" {
 		t.Errorf("process %s: %v %v", proc.ID, p.State, err)
 	}
+
+	// An ordinary exec, not detached, run by the Go client: its output
+	// reaches the page live through the daemon's ring (the page is not
+	// the client that runs it), and another client follows it by ID.
+	var execOut syncBuffer
+	execDone := make(chan error, 1)
+	go func() {
+		_, err := d.CL.Exec(ctx, ws.ID, client.Exec{Argv: []string{"sh", "-c",
+			`echo '` + hostileExecOutput + `'; echo exec-first-line; while [ ! -e /tmp/exec-go-on ]; do sleep 0.1; done; echo exec-second-line-live`, hostileArg}}, &execOut, &execOut)
+		execDone <- err
+	}()
+	b.waitFor(t, "the exec's first line", `(document.getElementById('live-output')||{}).textContent?.includes('exec-first-line')`)
+	if eval[bool](t, b, `document.getElementById('live-output').textContent.includes('exec-second-line-live')`) {
+		t.Fatal("the exec's second line is shown before it could print it")
+	}
+	if !eval[bool](t, b, `/^exec/.test(document.getElementById('live-head').textContent) && /running/.test(document.getElementById('live-head').textContent)`) {
+		t.Errorf("the live output's head is %q, want the running exec", eval[string](t, b, `document.getElementById('live-head').textContent`))
+	}
+	var running client.LiveExec
+	if les, err := d.CL.LiveExecs(ctx, ws.ID); err != nil {
+		t.Fatalf("live execs: %v", err)
+	} else {
+		for _, e := range les {
+			if e.State == "running" && strings.Contains(strings.Join(e.Argv, " "), "exec-first-line") {
+				running = e
+			}
+		}
+	}
+	if running.ID == "" {
+		t.Fatal("the running exec is not among the workspace's live execs")
+	}
+	followed := make(chan string, 1)
+	go func() {
+		var got strings.Builder
+		end, err := d.CL.FollowLiveExecOutput(ctx, running.ID, client.LogOptions{}, func(l client.ProcessLogs) error {
+			got.WriteString(l.Data)
+			return nil
+		})
+		followed <- fmt.Sprintf("%s|state=%s exit=%d err=%v", got.String(), end.State, end.ExitCode, err)
+	}()
+	b.shot(t, "tasks-exec-live")
+	if _, err := d.CL.ExecBuffered(ctx, ws.ID, client.Exec{Argv: []string{"touch", "/tmp/exec-go-on"}}, nil); err != nil {
+		t.Fatalf("touch: %v", err)
+	}
+	b.waitFor(t, "the exec's second line, live", `document.getElementById('live-output').textContent.includes('exec-second-line-live')`)
+	b.waitFor(t, "the exec shown ended", `/exited exit 0/.test(document.getElementById('live-head').textContent)`)
+	// The last commands follow the exec.finished events as they come.
+	b.waitFor(t, "the exec among the last commands, live", `document.querySelector('table.commands')?.textContent.includes('exec-go-on')`)
+	if err := <-execDone; err != nil {
+		t.Fatalf("the exec: %v", err)
+	}
+	if !strings.Contains(execOut.String(), "exec-second-line-live") {
+		t.Errorf("the client running the exec got %q", execOut.String())
+	}
+	if got := <-followed; !strings.Contains(got, "exec-first-line\nexec-second-line-live\n|state=exited exit=0 err=<nil>") {
+		t.Errorf("another client following the exec by ID got %q", got)
+	}
+	b.noInjection(t, "tasks, exec", hostileExecOutput, hostileArg)
 
 	// A workspace: files (a hostile name), the viewer, the diff.
 	b.goTo(t, "#/ws/"+ws.ID, "ws")
@@ -291,10 +357,10 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	b.noInjection(t, "events", hostileArg)
 
-	// A page left open stays bounded: 700 more events, and the table
-	// holds its last 500 rows.
+	// A page left open stays bounded: 1,100 more events, and the table
+	// holds its last 500 rows (the page keeps the last 1,000 events).
 	b.do(t, "clear filters", chromedp.Evaluate[chromedp.Void](`for (const id of ['f-type','f-object','f-actor']) { const e = document.getElementById(id); e.value = ''; e.dispatchEvent(new Event('input')); }`))
-	for i := range 700 {
+	for i := range 1100 {
 		if _, err := d.CL.WriteFile(ctx, ws.ID, "bulk.txt", strings.NewReader(fmt.Sprint(i)), 0o644, false); err != nil {
 			t.Fatal(err)
 		}
@@ -304,14 +370,70 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	b.waitFor(t, "the last bulk event", `document.querySelector('#event-rows tr')?.textContent.includes('bulk-end.txt')`)
 	if n := eval[int](t, b, `document.querySelectorAll('#event-rows tr').length`); n != 500 {
-		t.Errorf("the events table holds %d rows after 700 more events, want 500", n)
+		t.Errorf("the events table holds %d rows after 1,100 more events, want 500", n)
 	}
+	// The filters ask the server, not the events in memory: the
+	// approval is older than the last 1,000 events and still found.
+	approved, err := d.CL.Events(ctx, client.EventFilter{TypePrefix: "candidate.approved", Newest: true, Limit: 1})
+	if err != nil || len(approved) != 1 {
+		t.Fatalf("the approval's event: %v %v", approved, err)
+	}
+	if last, err := d.CL.Events(ctx, client.EventFilter{Newest: true, Limit: 1000}); err != nil || len(last) != 1000 || last[999].ID <= approved[0].ID {
+		t.Fatalf("the approval (event %d) is not older than the last 1,000 events (%d listed, %v)", approved[0].ID, len(last), err)
+	}
+	b.do(t, "filter by type, again", chromedp.SendKeys(chromedp.CSS("#f-type"), "candidate.appr"))
+	b.waitFor(t, "an event older than the page's memory", fmt.Sprintf(`(() => { const r = [...document.querySelectorAll('#event-rows tr')]; return r.length >= 1 && r.every(e => e.dataset.type.startsWith('candidate.appr')) && r.some(e => e.children[0].textContent === '%d'); })()`, approved[0].ID))
+	b.shot(t, "events-filtered")
 
-	// Usage: the task's row and chart.
+	// Usage: the tasks' rows and charts, with the solve run's tokens and
+	// cost on its attempt's workspace and task.
+	deadline := time.Now().Add(5 * time.Minute)
+	for run.State == "running" && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		if run, err = d.CL.GetSolve(ctx, run.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if run.State != "done" || len(run.Attempts) != 1 {
+		t.Fatalf("solve run %s: %+v", run.ID, run)
+	}
+	att := run.Attempts[0]
+	if att.Usage.InputTokens != 2000 || att.Usage.OutputTokens != 400 {
+		t.Fatalf("the attempt's usage is %+v, want the script's 2000 in, 400 out", att.Usage)
+	}
+	u, err := d.CL.Usage(ctx, client.UsageFilter{ByWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wsRow client.TaskUsage
+	for _, x := range u.Workspaces {
+		if x.WorkspaceID == att.Workspace {
+			wsRow = x
+		}
+	}
+	if wsRow.InputTokens != 2000 || wsRow.OutputTokens != 400 || fmt.Sprintf("%.4f", wsRow.CostUSD) != "0.0144" || wsRow.SolveRun != run.ID || wsRow.Execs == 0 || wsRow.Task != hostileSolveTask {
+		t.Errorf("usage of the attempt's workspace %s: %+v", att.Workspace, wsRow)
+	}
 	b.goTo(t, "#/usage", "usage")
 	b.waitFor(t, "usage table", `document.getElementById('usage-table')?.textContent.includes(`+js(hostileTask)+`)`)
+	row := `document.querySelector('#usage-ws-table tr[data-ws=` + js(att.Workspace) + `]')`
+	b.waitFor(t, "the attempt's workspace row", row+` !== null`)
+	for _, want := range []string{run.ID, "2000", "400", "$0.0144", hostileSolveTask} {
+		if !eval[bool](t, b, row+`.textContent.includes(`+js(want)+`)`) {
+			t.Errorf("the usage row of workspace %s does not show %q: %q", att.Workspace, want, eval[string](t, b, row+`.textContent`))
+		}
+	}
+	taskRow := `[...document.querySelectorAll('#usage-table tr')].find(r => r.dataset.task === ` + js(hostileSolveTask) + `)`
+	if got := eval[string](t, b, `(`+taskRow+`||{}).textContent || ''`); !strings.Contains(got, "2000") || !strings.Contains(got, "$0.0144") {
+		t.Errorf("the usage row of the solve task shows %q, want its tokens and cost", got)
+	}
+	for _, c := range []string{"tokens", "cost", "wsTokens"} {
+		if n := eval[int](t, b, `document.querySelectorAll('#chart-`+c+` rect.bar').length`); n == 0 {
+			t.Errorf("the %s chart has no bars", c)
+		}
+	}
 	b.shot(t, "usage")
-	b.noInjection(t, "usage", hostileTask)
+	b.noInjection(t, "usage", hostileTask, hostileSolveTask)
 
 	// The tasks page again, now with the commands that ran.
 	b.goTo(t, "#/tasks", "tasks")

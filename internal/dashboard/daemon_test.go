@@ -124,7 +124,27 @@ const (
 	hostileBranch = `feat/<img/src=x/onerror=alert(2)>`
 	hostileOutput = `<script>alert("out")</script>`
 	hostileArg    = `<img src=x onerror=alert(3)>`
+	// hostileExecOutput is an ordinary exec's output, shown live.
+	hostileExecOutput = `<img src=x onerror=alert("exec")><b>exec</b>`
+	// hostileSolveTask is a solve run's problem statement: its first
+	// line labels the run's workspaces.
+	hostileSolveTask = `solve <img src=x onerror=alert(5)> the README`
 )
+
+// solveScript is a scripted model whose two calls fix nothing much and
+// say what they cost: 2000 tokens in, 400 out, $0.0144.
+const solveScript = `
+planner:
+  - calls:
+      - name: submit_plan
+        args: {files: [README], approach: "greet louder", test: "true"}
+    usage: {input_tokens: 800, output_tokens: 55, cost_usd: 0.0021}
+coder:
+  - calls:
+      - name: edit_file
+        args: {path: README, old: "hello", new: "hello there"}
+    usage: {input_tokens: 1200, output_tokens: 345, cost_usd: 0.0123}
+`
 
 // hostileWorkspace is a workspace whose task label, branch, files,
 // commands and output carry HTML, with a change against its base.

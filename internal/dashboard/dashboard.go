@@ -24,6 +24,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -79,6 +80,12 @@ type Options struct {
 	Logger *slog.Logger
 	// SessionTTL is how long a login lasts; default 12h.
 	SessionTTL time.Duration
+	// PublicOrigin, when set, is the origin browsers reach the dashboard
+	// at through a reverse proxy ("https://agentbox.example.com", as
+	// config.CanonicalOrigin writes it): state-changing requests must
+	// come from it, and over https the session cookie is Secure. Empty:
+	// the request's own origin.
+	PublicOrigin string
 }
 
 // Handler serves the dashboard and passes everything else to the API.
@@ -90,17 +97,27 @@ type Handler struct {
 	mux     *http.ServeMux
 	csrfKey []byte
 	cop     *http.CrossOriginProtection
+	origin  string // PublicOrigin
 
 	mu       sync.Mutex
 	sessions map[string]time.Time // SHA-256 of the session ID -> its end
 	now      func() time.Time
 }
 
-// New returns the dashboard in front of opts.API.
-func New(opts Options) *Handler {
+// New returns the dashboard in front of opts.API. A PublicOrigin that is
+// not an origin is an error.
+func New(opts Options) (*Handler, error) {
 	h := &Handler{token: opts.Token, api: opts.API, log: opts.Logger, ttl: opts.SessionTTL,
 		mux: http.NewServeMux(), csrfKey: make([]byte, 32), cop: http.NewCrossOriginProtection(),
-		sessions: map[string]time.Time{}, now: time.Now}
+		origin: opts.PublicOrigin, sessions: map[string]time.Time{}, now: time.Now}
+	if h.origin != "" {
+		// Behind a proxy the Host the daemon sees may not be the one the
+		// browser used: the cross-origin check that falls back on Host
+		// (no Sec-Fetch-Site) trusts the public origin instead.
+		if err := h.cop.AddTrustedOrigin(h.origin); err != nil {
+			return nil, fmt.Errorf("dashboard public origin %q: %w", h.origin, err)
+		}
+	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -130,7 +147,7 @@ func New(opts Options) *Handler {
 		pageHeaders(w)
 		http.NotFound(w, r)
 	})
-	return h
+	return h, nil
 }
 
 // ServeHTTP serves / and /ui/..., and hands every other path to the API.
@@ -229,7 +246,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	id := h.newSession()
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: id, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(h.ttl / time.Second)})
+		SameSite: http.SameSiteStrictMode, Secure: h.secure(r), MaxAge: int(h.ttl / time.Second)})
 	h.log.InfoContext(r.Context(), "dashboard login", "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, sessionInfo{LoginRequired: true, Authenticated: true, CSRF: h.csrfToken(id)})
 }
@@ -245,7 +262,7 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 		delete(h.sessions, hashID(c.Value))
 		h.mu.Unlock()
 	}
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.secure(r), MaxAge: -1})
 	writeJSON(w, http.StatusOK, sessionInfo{LoginRequired: h.token != ""})
 }
 
@@ -326,6 +343,12 @@ func (h *Handler) sameOrigin(r *http.Request) error {
 	if origin == "" {
 		return errors.New("a state-changing request must carry an Origin header")
 	}
+	if h.origin != "" {
+		if origin != h.origin {
+			return errors.New("cross-origin request refused: Origin is not the dashboard's public origin")
+		}
+		return nil
+	}
 	scheme := "http://"
 	if r.TLS != nil {
 		scheme = "https://"
@@ -334,6 +357,13 @@ func (h *Handler) sameOrigin(r *http.Request) error {
 		return errors.New("cross-origin request refused: Origin is not this host")
 	}
 	return nil
+}
+
+// secure is whether the session cookie must be Secure: the browser
+// reaches the dashboard over https, to the daemon itself or to the proxy
+// in front of it.
+func (h *Handler) secure(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(h.origin, "https://")
 }
 
 // checkCSRF is the check of every state-changing call: same origin and
@@ -356,7 +386,7 @@ func (h *Handler) checkCSRF(r *http.Request) error {
 // readRoutes are the API paths the pages read (GET). Streams that would
 // hand the browser a sandbox's own HTTP server or terminal are not among
 // them: /v1/sandboxes/{id}/ports/... and .../shell.
-var readRoutes = regexp.MustCompile(`^/v1/(health|repos|workspaces|sandboxes|events|usage|forges|candidates)(/[^/]+(/(status|diff|candidates|files|files/list|files/stat|processes|processes/[^/]+|processes/[^/]+/logs|ports|usage))?)?$`)
+var readRoutes = regexp.MustCompile(`^/v1/((health|repos|workspaces|sandboxes|events|usage|forges|candidates)(/[^/]+(/(status|diff|candidates|files|files/list|files/stat|processes|processes/[^/]+|processes/[^/]+/logs|execs|ports|usage))?)?|execs/[^/]+/output)$`)
 
 // writeRoutes are the state-changing calls the pages make: deciding a
 // candidate, running the diff check, and the dry run of the collector

@@ -19,7 +19,8 @@ func TestDashboardSecurity(t *testing.T) {
 	d := startDaemon(t)
 	ws := seedHostile(t, d)
 	ctx := t.Context()
-	if _, err := d.CL.ExecBuffered(ctx, ws.ID, client.Exec{Argv: []string{"true"}}, nil); err != nil {
+	ex, err := d.CL.ExecBuffered(ctx, ws.ID, client.Exec{Argv: []string{"echo", "exec-output-marker"}}, nil)
+	if err != nil {
 		t.Fatalf("exec: %v", err)
 	}
 	cand, err := d.CL.Review(ctx, ws.ID, client.ReviewRequest{Test: "true"})
@@ -50,7 +51,7 @@ func TestDashboardSecurity(t *testing.T) {
 	// leaks reports which of the workspace's data a body holds.
 	leaks := func(body string) []string {
 		var out []string
-		for _, s := range []string{ws.ID, ws.RepoID, cand.ID, "dashboard-diff-marker", "file-body-marker", d.Token} {
+		for _, s := range []string{ws.ID, ws.RepoID, cand.ID, "dashboard-diff-marker", "file-body-marker", "exec-output-marker", d.Token} {
 			if strings.Contains(body, s) {
 				out = append(out, s)
 			}
@@ -91,7 +92,9 @@ func TestDashboardSecurity(t *testing.T) {
 
 	t.Run("no token no data", func(t *testing.T) {
 		for _, path := range []string{"/v1/workspaces", "/v1/events", "/v1/usage", "/ui/api/v1/workspaces", "/ui/api/v1/events?follow=true",
-			"/ui/api/v1/workspaces/" + ws.ID + "/diff", "/ui/api/v1/workspaces/" + ws.ID + "/files?path=main.go", "/ui/api/metrics", "/ui/api/v1/candidates/" + cand.ID} {
+			"/ui/api/v1/workspaces/" + ws.ID + "/diff", "/ui/api/v1/workspaces/" + ws.ID + "/files?path=main.go", "/ui/api/metrics", "/ui/api/v1/candidates/" + cand.ID,
+			"/v1/execs/" + ex.ExecID + "/output", "/ui/api/v1/execs/" + ex.ExecID + "/output", "/ui/api/v1/execs/" + ex.ExecID + "/output?follow=true",
+			"/ui/api/v1/workspaces/" + ws.ID + "/execs?follow=true", "/ui/api/v1/usage?by=workspace", "/ui/api/v1/events?order=newest&object=" + ws.ID} {
 			resp, body := do(t, plain, "GET", path, nil, "")
 			if resp.StatusCode != http.StatusUnauthorized {
 				t.Errorf("GET %s without a login: %d, want 401", path, resp.StatusCode)
@@ -150,6 +153,14 @@ func TestDashboardSecurity(t *testing.T) {
 		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "sandbox") {
 			t.Errorf("an API reply through the dashboard has CSP %q, want a sandbox", csp)
 		}
+		// An ordinary exec's output, from the daemon's ring.
+		resp, body = do(t, c, "GET", "/ui/api/v1/execs/"+ex.ExecID+"/output", nil, "")
+		if resp.StatusCode != 200 || !strings.Contains(body, "exec-output-marker") {
+			t.Errorf("GET an exec's output after login: %d %s", resp.StatusCode, body)
+		}
+		if resp, body := do(t, c, "GET", "/ui/api/v1/execs/ex_nosuchexec/output", nil, ""); resp.StatusCode != 404 {
+			t.Errorf("GET an unknown exec's output: %d %s", resp.StatusCode, body)
+		}
 		// A workspace file, raw, cannot run as a page of the dashboard's origin.
 		resp, _ = do(t, c, "GET", "/ui/api/v1/workspaces/"+ws.ID+"/files?path=main.go", map[string]string{"Accept": "*/*"}, "")
 		if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "sandbox") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
@@ -205,6 +216,10 @@ func TestDashboardSecurity(t *testing.T) {
 			{"GET", "/ui/api/v1/workspaces/" + ws.ID + "/shell", ""},
 			{"GET", "/ui/api/v1/workspaces/" + ws.ID + "/bundle", ""},
 			{"POST", "/ui/api/mcp", `{}`},
+			{"POST", "/ui/api/v1/solve", `{}`},
+			{"GET", "/ui/api/v1/solve", ""},
+			{"POST", "/ui/api/v1/workspaces/" + ws.ID + "/execs", `{}`},
+			{"POST", "/ui/api/v1/workspaces/" + ws.ID + "/processes", `{"argv":["true"]}`},
 		} {
 			resp, out := do(t, c, r.method, r.path, ok, r.body)
 			if resp.StatusCode != http.StatusForbidden {

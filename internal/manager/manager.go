@@ -183,6 +183,8 @@ type Manager struct {
 	live   map[string]*live
 	// procs holds the background processes (process.go).
 	procs procTable
+	// execs holds the ordinary execs' live output (execlive.go).
+	execs execTable
 	// attachMu makes checking and making a mount one step, so that two
 	// operations never stack two overlays on one workspace and a removal
 	// never races a re-mount.

@@ -18,13 +18,15 @@ type ring struct {
 	size   int
 	total  int64 // bytes written so far: the offset of the next one
 	closed bool
-	// wake is closed (and replaced) at every write and at close, waking
-	// followers.
+	// wake, made by the first follower that waits, is closed (and
+	// dropped) at the next write and at close, waking followers. A ring
+	// nobody waits on makes no channel per write: the rings of ordinary
+	// execs sit on the exec's hot path.
 	wake chan struct{}
 }
 
 func newRing(size int) *ring {
-	return &ring{size: size, wake: make(chan struct{})}
+	return &ring{size: size}
 }
 
 func (r *ring) Write(p []byte) (int, error) {
@@ -59,8 +61,7 @@ func (r *ring) Write(p []byte) (int, error) {
 		r.total += int64(k)
 		p = p[k:]
 	}
-	close(r.wake)
-	r.wake = make(chan struct{})
+	r.wakeFollowers()
 	return n, nil
 }
 
@@ -83,7 +84,15 @@ func (r *ring) close() {
 	defer r.mu.Unlock()
 	if !r.closed {
 		r.closed = true
+		r.wakeFollowers()
+	}
+}
+
+// wakeFollowers wakes the followers waiting; r.mu must be held.
+func (r *ring) wakeFollowers() {
+	if r.wake != nil {
 		close(r.wake)
+		r.wake = nil
 	}
 }
 
@@ -128,6 +137,9 @@ func (r *ring) wait(ctx context.Context, off int64) error {
 		if r.total > off || r.closed {
 			r.mu.Unlock()
 			return nil
+		}
+		if r.wake == nil {
+			r.wake = make(chan struct{})
 		}
 		wake := r.wake
 		r.mu.Unlock()

@@ -740,6 +740,8 @@ func (m *Manager) execOnce(ctx context.Context, wsID string, req guest.ExecReque
 	}
 	ctx = logx.With(ctx, KeyWorkspace, wsID, KeySandbox, sb.ID, KeyExec, rec.ID)
 	req = execRequest(lv.spec, req, lv.placeholders, lv.imageEnv)
+	le := m.execs.begin(rec, req.Argv)
+	stdout, stderr = le.teeOutput(stdout, stderr)
 	oom := m.watchOOM(ctx, sb)
 	start := time.Now()
 	res, err := lv.conn.Exec(ctx, req, stdin, stdout, stderr)
@@ -750,7 +752,8 @@ func (m *Manager) execOnce(ctx context.Context, wsID string, req guest.ExecReque
 		o.ObserveExec(sb.Backend, took, outcomeOf(res, out.OOMKilled, err))
 	}
 	rec.OOM = out.OOMKilled
-	m.endExec(context.WithoutCancel(ctx), sb, rec, res, err)
+	rec = m.endExec(context.WithoutCancel(ctx), sb, rec, res, err)
+	m.execs.end(le, rec)
 	var se *guest.StartError
 	switch {
 	case errors.As(err, &se):

@@ -154,8 +154,9 @@ func (m *Manager) beginExec(ctx context.Context, sb store.Sandbox, task string, 
 }
 
 // endExec records how a command ended (err is what running it returned)
-// and the sandbox's activity; a lost command marks its sandbox lost.
-func (m *Manager) endExec(ctx context.Context, sb store.Sandbox, rec store.Exec, res guest.ExecResult, err error) {
+// and the sandbox's activity; a lost command marks its sandbox lost. It
+// returns the record as written.
+func (m *Manager) endExec(ctx context.Context, sb store.Sandbox, rec store.Exec, res guest.ExecResult, err error) store.Exec {
 	rec.ExitCode, rec.Signal, rec.TimedOut = res.ExitCode, res.Signal, res.TimedOut
 	rec.StdoutBytes, rec.StderrBytes, rec.FinishedAt = res.StdoutBytes, res.StderrBytes, time.Now().UTC()
 	rec.CPUNanos, rec.PeakMemBytes, rec.WallNanos = int64(res.CPU()), res.PeakMemBytes, int64(res.Duration)
@@ -194,4 +195,5 @@ func (m *Manager) endExec(ctx context.Context, sb store.Sandbox, rec store.Exec,
 			m.markLost(ctx, cur, "connection to the guest lost during exec "+rec.ID)
 		}
 	}
+	return rec
 }

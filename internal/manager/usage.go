@@ -1,10 +1,13 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -38,12 +41,88 @@ const KeyExec = logx.KeyExec
 // Egress is counted per sandbox, not per exec: commands of one sandbox may
 // run at the same time and share its proxy.
 
-// Usage sums usage per task label.
+// Usage sums usage per task label, or per task and workspace with
+// f.ByWorkspace, with what the agent loop's model calls spent (tokens and
+// cost) from the solve runs: an attempt's spending counts for its fork's
+// workspace and that workspace's task. With f.Since, a run counts if it
+// was last updated in the window (its attempts' spending is not dated
+// finer than that).
 func (m *Manager) Usage(ctx context.Context, f store.UsageFilter) ([]store.TaskUsage, error) {
 	if err := validTask(f.Task); err != nil {
 		return nil, err
 	}
-	return m.st.UsageByTask(ctx, f)
+	us, err := m.st.UsageByTask(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := m.st.ListSolveRuns(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	type key struct{ task, ws string }
+	idx := map[key]int{}
+	for i, u := range us {
+		idx[key{u.Task, u.WorkspaceID}] = i
+	}
+	for _, run := range runs {
+		if !f.Since.IsZero() && run.UpdatedAt.Before(f.Since) {
+			continue
+		}
+		for _, a := range run.Attempts {
+			if a.Usage.InputTokens == 0 && a.Usage.OutputTokens == 0 && a.Usage.CostUSD == 0 {
+				continue
+			}
+			task := m.workspaceTask(ctx, a.Workspace, run.Request.Task)
+			if f.Task != "" && task != f.Task {
+				continue
+			}
+			k := key{task, ""}
+			if f.ByWorkspace {
+				k.ws = a.Workspace
+			}
+			i, ok := idx[k]
+			if !ok {
+				i = len(us)
+				idx[k] = i
+				us = append(us, store.TaskUsage{Task: k.task, WorkspaceID: k.ws})
+			}
+			u := &us[i]
+			u.InputTokens += int64(a.Usage.InputTokens)
+			u.OutputTokens += int64(a.Usage.OutputTokens)
+			u.CostUSD += a.Usage.CostUSD
+			if f.ByWorkspace {
+				u.SolveRun = run.ID
+			}
+		}
+	}
+	slices.SortFunc(us, func(a, b store.TaskUsage) int {
+		return cmp.Or(strings.Compare(a.Task, b.Task), strings.Compare(a.WorkspaceID, b.WorkspaceID))
+	})
+	return us, nil
+}
+
+// workspaceTask is the task label of workspace id; for one removed
+// without a trace, the label the agent loop gives its workspaces: the
+// first line of the problem statement, at most 200 bytes.
+func (m *Manager) workspaceTask(ctx context.Context, id, statement string) string {
+	if w, err := m.st.GetWorkspace(ctx, id); err == nil {
+		return w.Task
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(statement), "\n")
+	line = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, line)
+	if len(line) > 200 {
+		cut := 200
+		for cut > 0 && !utf8.RuneStart(line[cut]) {
+			cut--
+		}
+		line = line[:cut]
+	}
+	return line
 }
 
 // SandboxUsage is what sandbox id used so far.
@@ -111,6 +190,11 @@ func eventArgv(raw string) []string {
 	if json.Unmarshal([]byte(raw), &argv) != nil {
 		return nil
 	}
+	return shortArgv(argv)
+}
+
+// shortArgv cuts argv (in place) as eventArgv does.
+func shortArgv(argv []string) []string {
 	if len(argv) > 32 {
 		argv = append(argv[:31:31], fmt.Sprintf("… (%d more)", len(argv)-31))
 	}

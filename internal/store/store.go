@@ -151,8 +151,21 @@ type EventFilter struct {
 	WorkspaceID string
 	SandboxID   string
 	Type        string
-	// AfterID returns only events with a larger ID (for following).
-	AfterID int64
+	// TypePrefix keeps the events whose type starts with it ("candidate.").
+	TypePrefix string
+	// Actor keeps one actor's events.
+	Actor string
+	// Object keeps the events of one object: a repo, workspace or sandbox
+	// ID, whichever it is.
+	Object string
+	// AfterID returns only events with a larger ID (for following);
+	// BeforeID, when not 0, only events with a smaller one (for paging
+	// back from the newest).
+	AfterID  int64
+	BeforeID int64
+	// Newest returns the newest events that match, newest first, instead
+	// of the oldest, oldest first.
+	Newest bool
 	// Limit caps the result; 0 means 1000.
 	Limit int
 }

@@ -60,12 +60,16 @@ type UsageFilter struct {
 	// Since keeps the execs that started, and the egress connections that
 	// ended, at or after it.
 	Since time.Time
+	// ByWorkspace sums per task and workspace instead of per task.
+	ByWorkspace bool
 }
 
 // TaskUsage is what the workspaces of one task label used: their execs
 // and their egress. Workspaces without a label sum under Task "".
 type TaskUsage struct {
 	Task string `json:"task"`
+	// WorkspaceID is the workspace summed, with UsageFilter.ByWorkspace.
+	WorkspaceID string `json:"workspace_id,omitempty"`
 	// Workspaces counts the distinct workspaces with execs or egress.
 	Workspaces int64 `json:"workspaces"`
 	// Execs, CPUNanos, WallNanos and OutputBytes sum the execs;
@@ -78,4 +82,12 @@ type TaskUsage struct {
 	// EgressBytesUp and EgressBytesDown sum the egress, each way.
 	EgressBytesUp   int64 `json:"egress_bytes_up"`
 	EgressBytesDown int64 `json:"egress_bytes_down"`
+	// InputTokens, OutputTokens and CostUSD sum what the agent loop's
+	// model calls spent for the workspaces: the manager adds them from
+	// the solve runs, the store leaves them zero. SolveRun is the run
+	// of a workspace's attempt (ByWorkspace only).
+	InputTokens  int64   `json:"input_tokens,omitempty"`
+	OutputTokens int64   `json:"output_tokens,omitempty"`
+	CostUSD      float64 `json:"cost_usd,omitempty"`
+	SolveRun     string  `json:"solve_run,omitempty"`
 }

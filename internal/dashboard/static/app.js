@@ -140,18 +140,15 @@
       if (this.events.length > MAX_EVENTS) this.events.splice(0, this.events.length - MAX_EVENTS);
       for (const fn of this.listeners) { try { fn(ev); } catch (e) { console.warn(e); } }
     },
-    // start finds the newest event's ID (the log may be long: a binary
-    // search with limit=1), loads the last MAX_EVENTS, then follows.
+    // start loads the last MAX_EVENTS (the newest first, from the
+    // server), then follows from the newest; a restart follows on from
+    // the last event seen.
     async start() {
       this.stop();
-      let hi = 1;
-      const exists = async (after) => (await api("/v1/events?limit=1&after=" + after)).events.length > 0;
       try {
         if (this.lastID === 0) {
-          while (await exists(hi)) hi *= 2;
-          let lo = 0; // an event after lo exists (or lo is 0); none after hi
-          while (hi - lo > 1) { const mid = Math.floor((lo + hi) / 2); if (await exists(mid)) lo = mid; else hi = mid; }
-          this.lastID = Math.max(0, lo - MAX_EVENTS);
+          const evs = (await api("/v1/events?order=newest&limit=" + MAX_EVENTS)).events || [];
+          for (const ev of evs.reverse()) this.push(ev);
         }
       } catch (e) { if (e.status === 401) return; }
       const src = new EventSource(API + "/v1/events?follow=true&after=" + this.lastID);
@@ -280,11 +277,26 @@
           meter(hit + miss ? hit / (hit + miss) : 0), el("p", {}, `${ready} ready · ${hit} hits · ${miss} misses`));
       } catch (e) { body("sandboxes").append(errorBox(e)); }
     }
+    // execs holds the exec.finished events of the last 30 minutes (at
+    // most MAX_EXEC_EVENTS), asked of the server once, then kept from the
+    // stream: the events in memory may hold none however many ran.
+    const MAX_EXEC_EVENTS = 5000;
+    let execs = [];
+    const recent = (ev, now) => now - new Date(ev.time).getTime() < 30 * 60000;
+    async function loadExecs() {
+      try {
+        const evs = (await api("/v1/events?order=newest&type=exec.finished&limit=" + MAX_EXEC_EVENTS)).events || [];
+        const now = Date.now();
+        execs = evs.reverse().filter((ev) => recent(ev, now));
+      } catch (_) { execs = bus.events.filter((ev) => ev.type === "exec.finished"); }
+    }
     function drawEvents() {
       const now = Date.now();
+      execs = execs.filter((ev) => recent(ev, now)).slice(-MAX_EXEC_EVENTS);
       const buckets = Array.from({ length: 30 }, (_, i) => ({ label: `-${29 - i}m`, value: 0 }));
       const failures = {};
-      for (const ev of bus.events) {
+      const seen = new Set(execs.map((ev) => ev.id));
+      for (const ev of execs.concat(bus.events.filter((ev) => !seen.has(ev.id)))) {
         const age = (now - new Date(ev.time).getTime()) / 60000;
         if (ev.type === "exec.finished" && age >= 0 && age < 30) buckets[29 - Math.floor(age)].value++;
         const d = detailOf(ev);
@@ -312,53 +324,74 @@
         else body("disk").append(errorBox(e));
       }
     }
-    await Promise.all([loadState(), loadDisk()]);
+    await Promise.all([loadState(), loadDisk(), loadExecs()]);
     drawEvents();
     const again = debounce(() => { loadState(); drawEvents(); }, 1000);
-    const off = bus.on(again);
+    const off = bus.on((ev) => {
+      if (ev.type === "exec.finished" && !(execs.length && ev.id <= execs[execs.length - 1].id)) execs.push(ev);
+      again();
+    });
     const tick = setInterval(drawEvents, 60000); // the minute buckets move on
     return () => { off(); again.cancel(); clearInterval(tick); };
   }
 
-  // lastCommands lists a workspace's recent execs from the event log.
+  // lastCommands lists a workspace's last n execs from the event log,
+  // asked of the server (the events in memory may all be another
+  // workspace's), and again as each one ends.
   function lastCommands(wsID, n) {
-    const argv = {};
-    const rows = [];
-    for (const ev of bus.events) {
-      if (ev.workspace_id !== wsID) continue;
-      const d = detailOf(ev);
-      if (ev.type === "process.started" && Array.isArray(d.argv)) argv[d.exec_id] = d.argv;
-      if (ev.type === "exec.finished") {
-        if (Array.isArray(d.argv)) argv[d.exec_id] = d.argv;
-        rows.push({ ev, d });
-      }
+    const box = el("div", { class: "last-commands" }, el("p", { class: "muted" }, "loading…"));
+    const ctl = new AbortController();
+    async function load() {
+      try {
+        const q = new URLSearchParams({ order: "newest", limit: String(n), workspace: wsID, type: "exec.finished" });
+        const evs = (await api("/v1/events?" + q.toString(), { signal: ctl.signal })).events || [];
+        const t = el("table", { class: "commands" }, el("tr", {}, el("th", {}, "exec"), el("th", {}, "command"), el("th", { class: "num" }, "exit"),
+          el("th", { class: "num" }, "wall"), el("th", { class: "num" }, "CPU"), el("th", { class: "num" }, "memory"), el("th", {}, "at")));
+        for (const ev of evs) {
+          const d = detailOf(ev);
+          t.append(el("tr", {}, el("td", { class: "mono" }, short(d.exec_id)), el("td", { class: "mono" }, Array.isArray(d.argv) ? d.argv.join(" ") : ""),
+            el("td", { class: "num" }, d.state && d.state !== "exited" ? d.state : d.exit_code ?? ""), el("td", { class: "num" }, secs((d.wall_ms || 0) / 1000)),
+            el("td", { class: "num" }, secs((d.cpu_ns || 0) / 1e9)), el("td", { class: "num" }, bytes(d.peak_mem_bytes || 0)), el("td", {}, when(ev.time))));
+        }
+        clear(box).append(evs.length ? el("div", { class: "table-wrap" }, t) : el("p", { class: "muted" }, "no commands yet"));
+      } catch (e) { if (e.name !== "AbortError") clear(box).append(errorBox(e)); }
     }
-    const t = el("table", { class: "commands" }, el("tr", {}, el("th", {}, "exec"), el("th", {}, "command"), el("th", { class: "num" }, "exit"),
-      el("th", { class: "num" }, "wall"), el("th", { class: "num" }, "CPU"), el("th", { class: "num" }, "memory"), el("th", {}, "at")));
-    for (const { ev, d } of rows.slice(-n).reverse()) {
-      t.append(el("tr", {}, el("td", { class: "mono" }, short(d.exec_id)), el("td", { class: "mono" }, argv[d.exec_id] ? argv[d.exec_id].join(" ") : ""),
-        el("td", { class: "num" }, d.state && d.state !== "exited" ? d.state : d.exit_code ?? ""), el("td", { class: "num" }, secs((d.wall_ms || 0) / 1000)),
-        el("td", { class: "num" }, secs((d.cpu_ns || 0) / 1e9)), el("td", { class: "num" }, bytes(d.peak_mem_bytes || 0)), el("td", {}, when(ev.time))));
-    }
-    return rows.length ? el("div", { class: "table-wrap" }, t) : el("p", { class: "muted" }, "no commands in the recent events");
+    load();
+    const again = debounce(load, 500);
+    const off = bus.on((ev) => { if (ev.workspace_id === wsID && ev.type === "exec.finished") again(); });
+    box.cleanup = () => { off(); again.cancel(); ctl.abort(); };
+    return box;
   }
 
-  // processPanel lists a workspace's background processes and follows
-  // the output of the one chosen (the newest running one at first).
+  // processPanel lists a workspace's commands whose output the daemon
+  // keeps, background processes and ordinary execs alike, and follows the
+  // output of the one chosen: the newest running one, until one is
+  // chosen by hand or while the one followed still runs. Execs come from
+  // a stream of the workspace's execs as they start and end.
+  const MAX_EXEC_ROWS = 50;
   function processPanel(wsID) {
-    const box = el("section", { class: "card processes", "aria-label": "Processes" }, el("h2", {}, "Processes and live output"));
+    const box = el("section", { class: "card processes", "aria-label": "Processes" }, el("h2", {}, "Commands and live output"));
     const list = el("div", {});
-    const head = el("p", { class: "muted" }, "");
+    const head = el("p", { class: "muted", id: "live-head" }, "");
     const out = el("pre", { class: "output", id: "live-output", "aria-live": "off", tabindex: "0" });
     box.append(list, head, out);
-    let ctl = null, chosen = "";
-    function follow(p) {
+    const wsEnc = encodeURIComponent(wsID);
+    let ctl = null, chosen = "", running = false, pinned = false;
+    let procs = [];
+    const execs = new Map(); // exec ID -> the exec as last seen, the last MAX_EXEC_ROWS
+    const ended = (x) => (x.kind === "exec" ? x.exec : x.process);
+    function showHead(x, v) {
+      clear(head).append(el("span", { class: "muted" }, x.kind, " "), el("span", { class: "mono" }, (v.argv || []).join(" ")), " ", badge(v.state),
+        v.state !== "running" ? ` exit ${v.exit_code}` : "");
+    }
+    function follow(x, byHand) {
       if (ctl) ctl.abort();
       ctl = new AbortController();
-      chosen = p.id;
+      chosen = x.id;
+      running = x.state === "running";
+      pinned = pinned || !!byHand;
       clear(out);
-      head.textContent = "";
-      head.append(el("span", { class: "mono" }, p.argv.join(" ")), " ", badge(p.state));
+      showHead(x, x);
       let size = 0;
       const add = (cls, text) => {
         out.append(el("span", { class: cls }, text));
@@ -366,34 +399,66 @@
         while (size > MAX_OUTPUT && out.firstChild) { size -= out.firstChild.textContent.length; out.removeChild(out.firstChild); }
         out.scrollTop = out.scrollHeight;
       };
-      const base = `/v1/workspaces/${encodeURIComponent(wsID)}/processes/${encodeURIComponent(p.id)}/logs?follow=true&offset=-65536&stream=`;
+      const base = x.kind === "exec" ? `/v1/execs/${encodeURIComponent(x.id)}/output?follow=true&offset=-65536&stream=`
+        : `/v1/workspaces/${wsEnc}/processes/${encodeURIComponent(x.id)}/logs?follow=true&offset=-65536&stream=`;
+      const mine = ctl;
       for (const stream of ["stdout", "stderr"]) {
         ndjson(base + stream, ctl.signal, (l) => {
           if (l.data) add(stream, l.data);
           else if (l.data_b64) add(stream, atob(l.data_b64));
-          if (l.process && stream === "stdout") { clear(head); head.append(el("span", { class: "mono" }, l.process.argv.join(" ")), " ", badge(l.process.state), ` exit ${l.process.exit_code}`); }
+          const v = ended(Object.assign({ kind: x.kind }, l));
+          if (v && stream === "stdout" && mine === ctl) { running = false; showHead(x, v); }
         }).catch((e) => { if (e.name !== "AbortError") add("stderr", "\n[" + e.message + "]\n"); });
       }
     }
+    function rows() {
+      const all = procs.map((p) => Object.assign({ kind: "process" }, p))
+        .concat([...execs.values()].map((e) => Object.assign({ kind: "exec" }, e)));
+      all.sort((a, b) => (a.started_at < b.started_at ? 1 : -1));
+      return all;
+    }
+    function draw() {
+      const all = rows();
+      clear(list);
+      if (!all.length) { list.append(el("p", { class: "muted" }, "no commands running or recently ended")); return; }
+      const t = el("table", {}, el("tr", {}, el("th", {}, "kind"), el("th", {}, "id"), el("th", {}, "command"), el("th", {}, "state"), el("th", {}, "")));
+      for (const x of all.slice(0, MAX_EXEC_ROWS)) {
+        const attrs = { type: "button" };
+        attrs[x.kind === "exec" ? "data-exec" : "data-process"] = x.id;
+        const b = el("button", attrs, chosen === x.id ? "following" : "follow");
+        b.addEventListener("click", () => { follow(x, true); draw(); });
+        t.append(el("tr", {}, el("td", {}, x.kind), el("td", { class: "mono" }, short(x.id)), el("td", { class: "mono" }, (x.argv || []).join(" ")),
+          el("td", {}, badge(x.state), x.kind === "exec" && !x.ring_bytes ? el("span", { class: "muted" }, " (output not kept)") : null), el("td", {}, b)));
+      }
+      list.append(el("div", { class: "table-wrap" }, t));
+    }
+    // maybeFollow follows x, a running command, when none is followed,
+    // or the one followed has ended and was not chosen by hand.
+    function maybeFollow(x) {
+      if (!chosen || (!running && !pinned && x.id !== chosen)) follow(x);
+    }
     async function load() {
       try {
-        const ps = (await api(`/v1/workspaces/${encodeURIComponent(wsID)}/processes`)).processes || [];
-        clear(list);
-        if (!ps.length) { list.append(el("p", { class: "muted" }, "no background processes")); return; }
-        const t = el("table", {}, el("tr", {}, el("th", {}, "process"), el("th", {}, "command"), el("th", {}, "state"), el("th", {}, "")));
-        for (const p of ps) {
-          const b = el("button", { type: "button", "data-process": p.id }, chosen === p.id ? "following" : "follow");
-          b.addEventListener("click", () => { follow(p); load(); });
-          t.append(el("tr", {}, el("td", { class: "mono" }, short(p.id)), el("td", { class: "mono" }, p.argv.join(" ")), el("td", {}, badge(p.state)), el("td", {}, b)));
-        }
-        list.append(el("div", { class: "table-wrap" }, t));
-        if (!chosen) follow(ps.find((p) => p.state === "running") || ps[0]);
+        procs = (await api(`/v1/workspaces/${wsEnc}/processes`)).processes || [];
+        const r = procs.find((p) => p.state === "running");
+        if (r) maybeFollow(Object.assign({ kind: "process" }, r));
+        else if (!chosen && procs.length) follow(Object.assign({ kind: "process" }, procs[0]));
+        draw();
       } catch (e) { clear(list).append(errorBox(e)); }
     }
+    const redraw = debounce(draw, 200);
+    const streamCtl = new AbortController();
+    ndjson(`/v1/workspaces/${wsEnc}/execs?follow=true`, streamCtl.signal, (e) => {
+      execs.delete(e.id);
+      execs.set(e.id, e);
+      while (execs.size > MAX_EXEC_ROWS) execs.delete(execs.keys().next().value);
+      if (e.state === "running") maybeFollow(Object.assign({ kind: "exec" }, e));
+      redraw();
+    }).catch((e) => { if (e.name !== "AbortError") list.append(errorBox(e)); });
     load();
     const again = debounce(load, 300);
     const off = bus.on((ev) => { if (ev.workspace_id === wsID && /^(process|exec)\./.test(ev.type)) again(); });
-    box.cleanup = () => { off(); again.cancel(); if (ctl) ctl.abort(); };
+    box.cleanup = () => { off(); again.cancel(); redraw.cancel(); streamCtl.abort(); if (ctl) ctl.abort(); };
     return box;
   }
 
@@ -404,15 +469,17 @@
     const detail = el("div", { id: "task-detail" }, el("p", { class: "muted" }, "Choose a workspace to see its commands and live output."));
     split.append(treeBox, detail);
     root.append(split);
-    let selected = "", panel = null;
+    let selected = "", panel = null, commands = null;
     function select(ws) {
       if (panel) panel.cleanup();
+      if (commands) commands.cleanup();
       selected = ws.id;
       clear(detail);
       panel = processPanel(ws.id);
+      commands = lastCommands(ws.id, 10);
       detail.append(el("section", { class: "card" }, el("h2", {}, "Workspace ", wsLink(ws.id)),
         kv([["task", ws.task || "(none)"], ["branch", ws.branch], ["state", badge(ws.state)], ["base", short(ws.base_commit)]]),
-        el("h3", {}, "Last commands"), lastCommands(ws.id, 10)), panel);
+        el("h3", {}, "Last commands"), commands), panel);
     }
     async function load() {
       try {
@@ -445,7 +512,7 @@
     await load();
     const again = debounce(load, 1000);
     const off = bus.on((ev) => { if (/^(workspace|sandbox)\./.test(ev.type)) again(); });
-    return () => { off(); again.cancel(); if (panel) panel.cleanup(); };
+    return () => { off(); again.cancel(); if (panel) panel.cleanup(); if (commands) commands.cleanup(); };
   }
 
   // highlight splits a line of code into spans of a few token classes:
@@ -633,6 +700,9 @@
     return () => { off(); again.cancel(); };
   }
 
+  // events shows the newest MAX_EVENT_ROWS events that match the
+  // filters, asked of the server (the whole log, not the events in
+  // memory), then each new one that matches, live.
   async function events(root) {
     root.append(el("h1", {}, "Events"));
     const type = el("input", { id: "f-type", type: "search", list: "types", placeholder: "sandbox.created" });
@@ -646,61 +716,102 @@
     root.append(el("div", { class: "table-wrap card" }, el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "id"), el("th", {}, "time"), el("th", {}, "type"),
       el("th", {}, "actor"), el("th", {}, "objects"), el("th", {}, "detail"))), tbody)));
     const seenTypes = new Set();
-    const match = (ev) => {
-      const t = type.value.trim(), o = object.value.trim(), a = actor.value.trim();
-      if (t && !ev.type.startsWith(t)) return false;
-      if (a && ev.actor !== a) return false;
-      if (o && ![ev.repo_id, ev.workspace_id, ev.sandbox_id].some((x) => x && x.startsWith(o))) return false;
+    const filters = () => ({ t: type.value.trim(), o: object.value.trim(), a: actor.value.trim() });
+    // match is the server's filter, for the events that arrive live: the
+    // type as a prefix, the object as any of the event's IDs, the actor.
+    const match = (ev, f) => {
+      if (f.t && !ev.type.startsWith(f.t)) return false;
+      if (f.a && ev.actor !== f.a) return false;
+      if (f.o && ![ev.repo_id, ev.workspace_id, ev.sandbox_id].includes(f.o)) return false;
       return true;
     };
     const row = (ev) => el("tr", { "data-type": ev.type }, el("td", { class: "num" }, ev.id), el("td", {}, when(ev.time)), el("td", { class: "mono" }, ev.type),
       el("td", {}, ev.actor), el("td", { class: "mono" }, [ev.repo_id, ev.workspace_id, ev.sandbox_id].filter(Boolean).join(" ")),
       el("td", { class: "mono" }, detailText(ev)));
     const addType = (t) => { if (!seenTypes.has(t) && seenTypes.size < 200) { seenTypes.add(t); types.append(el("option", { value: t })); } };
-    function redraw() {
-      clear(tbody);
-      const shown = bus.events.filter(match).slice(-MAX_EVENT_ROWS).reverse();
-      for (const ev of shown) tbody.append(row(ev));
-      for (const ev of bus.events) addType(ev.type);
-      count.textContent = `${shown.length} shown of the last ${bus.events.length}`;
-    }
-    redraw();
-    // Filtering redraws at once: at most MAX_EVENTS rows are looked at.
-    for (const i of [type, object, actor]) i.addEventListener("input", redraw);
-    const off = bus.on((ev) => {
-      addType(ev.type);
-      if (!match(ev)) return;
+    let newest = 0, gen = 0, loading = true;
+    const ctl = new AbortController();
+    const add = (ev) => {
+      if (ev.id <= newest) return;
+      newest = ev.id;
       tbody.insertBefore(row(ev), tbody.firstChild);
       while (tbody.childNodes.length > MAX_EVENT_ROWS) tbody.removeChild(tbody.lastChild);
+    };
+    async function query() {
+      const my = ++gen, f = filters();
+      const q = new URLSearchParams({ order: "newest", limit: String(MAX_EVENT_ROWS) });
+      if (f.t) q.set("type_prefix", f.t);
+      if (f.o) q.set("object", f.o);
+      if (f.a) q.set("actor", f.a);
+      loading = true;
+      try {
+        const evs = (await api("/v1/events?" + q.toString(), { signal: ctl.signal })).events || [];
+        if (my !== gen) return;
+        clear(tbody);
+        newest = 0;
+        for (const ev of evs.slice().reverse()) { add(ev); addType(ev.type); }
+        // What arrived live while the server answered.
+        for (const ev of bus.events) if (ev.id > newest && match(ev, f)) add(ev);
+        count.textContent = `${tbody.childNodes.length} shown: the newest that match, from the whole log`;
+      } catch (e) { if (e.name !== "AbortError" && my === gen) { clear(tbody); count.textContent = e.message; } }
+      if (my === gen) loading = false;
+    }
+    for (const ev of bus.events) addType(ev.type);
+    await query();
+    const again = debounce(query, 250);
+    for (const i of [type, object, actor]) i.addEventListener("input", () => { gen++; loading = true; again(); });
+    const off = bus.on((ev) => {
+      addType(ev.type);
+      if (loading || !match(ev, filters())) return; // a query under way picks it up
+      add(ev);
       count.textContent = `${tbody.childNodes.length} shown, live`;
     });
-    return () => { off(); };
+    return () => { off(); again.cancel(); ctl.abort(); };
   }
 
+  function tokens(n) { return n >= 1e6 ? (n / 1e6).toFixed(2) + " M" : n >= 1e4 ? (n / 1e3).toFixed(1) + " k" : String(n || 0); }
+  function usd(x) { return "$" + (x || 0).toFixed(x && x < 1 ? 4 : 2); }
   async function usage(root) {
     root.append(el("h1", {}, "Usage"));
-    const chart = el("section", { class: "card", "aria-label": "CPU per task" });
+    const charts = {};
+    const grid = el("div", { class: "grid" });
+    for (const [k, title] of [["cpu", "CPU per task (ms)"], ["tokens", "Tokens per task"], ["cost", "Cost per task (USD cents)"], ["wsTokens", "Tokens per workspace"]]) {
+      charts[k] = el("section", { class: "card", id: "chart-" + k, "aria-label": title });
+      grid.append(charts[k]);
+    }
     const table = el("section", { class: "card table-wrap", "aria-label": "Usage per task" });
-    root.append(el("div", { class: "grid" }, chart), table);
+    const wsTable = el("section", { class: "card table-wrap", "aria-label": "Usage per workspace" });
+    root.append(grid, table, wsTable);
+    const cols = ["CPU", "peak memory", "wall", "output", "egress up", "egress down", "tokens in", "tokens out", "cost"];
+    const cells = (x) => [secs(x.cpu_seconds), bytes(x.peak_mem_bytes), secs(x.wall_seconds), bytes(x.output_bytes), bytes(x.egress_bytes_up),
+      bytes(x.egress_bytes_down), tokens(x.input_tokens), tokens(x.output_tokens), usd(x.cost_usd)].map((v) => el("td", { class: "num" }, v));
+    const label = (x) => x.task || "(none)";
     async function load() {
       try {
-        const u = await api("/v1/usage");
+        const [u, w] = await Promise.all([api("/v1/usage"), api("/v1/usage?by=workspace")]);
         const ts = u.tasks || [];
-        clear(chart).append(el("h2", {}, "CPU per task (ms)"),
-          barChart(ts.slice(0, 30).map((t) => ({ label: t.task || "(none)", value: Math.round(t.cpu_seconds * 1000) })), { labels: true, label: "CPU milliseconds per task" }));
-        const t = el("table", { id: "usage-table" }, el("tr", {}, ["task", "workspaces", "execs", "CPU", "peak memory", "wall", "output", "egress up", "egress down"]
-          .map((h, i) => el("th", { class: i ? "num" : "" }, h))));
-        for (const x of ts) {
-          t.append(el("tr", {}, el("td", {}, x.task || "(none)"), el("td", { class: "num" }, x.workspaces), el("td", { class: "num" }, x.execs),
-            el("td", { class: "num" }, secs(x.cpu_seconds)), el("td", { class: "num" }, bytes(x.peak_mem_bytes)), el("td", { class: "num" }, secs(x.wall_seconds)),
-            el("td", { class: "num" }, bytes(x.output_bytes)), el("td", { class: "num" }, bytes(x.egress_bytes_up)), el("td", { class: "num" }, bytes(x.egress_bytes_down))));
+        const ws = w.workspaces || [];
+        const chart = (k, title, points) => clear(charts[k]).append(el("h2", {}, title), barChart(points.slice(0, 30), { labels: true, label: title }));
+        chart("cpu", "CPU per task (ms)", ts.map((t) => ({ label: label(t), value: Math.round(t.cpu_seconds * 1000) })));
+        chart("tokens", "Tokens per task", ts.map((t) => ({ label: label(t), value: (t.input_tokens || 0) + (t.output_tokens || 0) })));
+        chart("cost", "Cost per task (USD cents)", ts.map((t) => ({ label: label(t), value: Math.round((t.cost_usd || 0) * 10000) / 100 })));
+        chart("wsTokens", "Tokens per workspace", ws.filter((x) => x.input_tokens || x.output_tokens)
+          .map((x) => ({ label: short(x.workspace_id), value: (x.input_tokens || 0) + (x.output_tokens || 0) })));
+        const t = el("table", { id: "usage-table" }, el("tr", {}, ["task", "workspaces", "execs"].concat(cols).map((h, i) => el("th", { class: i ? "num" : "" }, h))));
+        for (const x of ts) t.append(el("tr", { "data-task": x.task }, el("td", {}, label(x)), el("td", { class: "num" }, x.workspaces), el("td", { class: "num" }, x.execs), cells(x)));
+        clear(table).append(el("h2", {}, "Per task"), t);
+        const wt = el("table", { id: "usage-ws-table" }, el("tr", {}, ["task", "workspace", "solve run", "execs"].concat(cols).map((h, i) => el("th", { class: i > 2 ? "num" : "" }, h))));
+        for (const x of ws) {
+          wt.append(el("tr", { "data-ws": x.workspace_id }, el("td", {}, label(x)), el("td", { class: "mono" }, wsLink(x.workspace_id)),
+            el("td", { class: "mono" }, x.solve_run || "—"), el("td", { class: "num" }, x.execs), cells(x)));
         }
-        clear(table).append(el("h2", {}, "Per task"), t, el("p", { class: "muted" }, "Tokens and cost are not recorded by the daemon yet."));
+        clear(wsTable).append(el("h2", {}, "Per workspace"), wt,
+          el("p", { class: "muted" }, "Tokens and cost are what the agent loop's model calls spent (agentbox solve), counted for each attempt's workspace."));
       } catch (e) { clear(table).append(errorBox(e)); }
     }
     await load();
     const again = debounce(load, 2000);
-    const off = bus.on((ev) => { if (ev.type === "exec.finished" || ev.type.startsWith("workspace.")) again(); });
+    const off = bus.on((ev) => { if (ev.type === "exec.finished" || ev.type.startsWith("workspace.") || ev.type.startsWith("solve.")) again(); });
     return () => { off(); again.cancel(); };
   }
 

@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
@@ -437,15 +438,37 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Ev
 	if f.Type != "" {
 		add("type", f.Type)
 	}
+	if f.Actor != "" {
+		add("actor", f.Actor)
+	}
+	if f.TypePrefix != "" {
+		// substr, not LIKE: types hold _, which LIKE would match as any
+		// character. Both engines count characters.
+		args = append(args, f.TypePrefix)
+		where = append(where, fmt.Sprintf("substr(type, 1, %d) = $%d", utf8.RuneCountInString(f.TypePrefix), len(args)))
+	}
+	if f.Object != "" {
+		args = append(args, f.Object)
+		n := len(args)
+		where = append(where, fmt.Sprintf("(repo_id = $%d OR workspace_id = $%d OR sandbox_id = $%d)", n, n, n))
+	}
 	args = append(args, f.AfterID)
 	where = append(where, fmt.Sprintf("id > $%d", len(args)))
+	if f.BeforeID > 0 {
+		args = append(args, f.BeforeID)
+		where = append(where, fmt.Sprintf("id < $%d", len(args)))
+	}
 	limit := f.Limit
 	if limit <= 0 || limit > 10000 {
 		limit = 1000
 	}
+	order := "id"
+	if f.Newest {
+		order = "id DESC"
+	}
 	args = append(args, limit)
 	q := `SELECT id, at, actor, type, repo_id, workspace_id, sandbox_id, detail FROM events WHERE ` +
-		strings.Join(where, " AND ") + fmt.Sprintf(" ORDER BY id LIMIT $%d", len(args))
+		strings.Join(where, " AND ") + fmt.Sprintf(" ORDER BY %s LIMIT $%d", order, len(args))
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, classify(err, "listing events")

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -97,29 +98,35 @@ func (s *Store) SandboxUsage(ctx context.Context, id string) (store.SandboxUsage
 // UsageByTask sums two queries, execs and egress, each grouped by the task
 // label copied onto its rows, so that removed workspaces still count.
 func (s *Store) UsageByTask(ctx context.Context, f store.UsageFilter) ([]store.TaskUsage, error) {
-	byTask := map[string]*store.TaskUsage{}
-	get := func(task string) *store.TaskUsage {
-		u, ok := byTask[task]
+	// Grouped by task, or by task and workspace: key is then both.
+	type key struct{ task, ws string }
+	byTask := map[key]*store.TaskUsage{}
+	get := func(k key) *store.TaskUsage {
+		u, ok := byTask[k]
 		if !ok {
-			u = &store.TaskUsage{Task: task}
-			byTask[task] = u
+			u = &store.TaskUsage{Task: k.task, WorkspaceID: k.ws}
+			byTask[k] = u
 		}
 		return u
 	}
+	group, wsCol := "task", "''"
+	if f.ByWorkspace {
+		group, wsCol = "task, workspace_id", "workspace_id"
+	}
 	where, args := usageWhere(f, "started_at")
-	rows, err := s.db.QueryContext(ctx, `SELECT task, COUNT(*), CAST(COALESCE(SUM(cpu_ns),0) AS BIGINT), COALESCE(MAX(peak_mem_bytes),0), CAST(COALESCE(SUM(wall_ns),0) AS BIGINT),
-		CAST(COALESCE(SUM(stdout_bytes + stderr_bytes),0) AS BIGINT) FROM execs WHERE `+where+` GROUP BY task`, args...)
+	rows, err := s.db.QueryContext(ctx, `SELECT task, `+wsCol+`, COUNT(*), CAST(COALESCE(SUM(cpu_ns),0) AS BIGINT), COALESCE(MAX(peak_mem_bytes),0), CAST(COALESCE(SUM(wall_ns),0) AS BIGINT),
+		CAST(COALESCE(SUM(stdout_bytes + stderr_bytes),0) AS BIGINT) FROM execs WHERE `+where+` GROUP BY `+group, args...)
 	if err != nil {
 		return nil, classify(err, "summing exec usage")
 	}
 	for rows.Next() {
-		var task string
+		var k key
 		var u store.TaskUsage
-		if err := rows.Scan(&task, &u.Execs, &u.CPUNanos, &u.PeakMemBytes, &u.WallNanos, &u.OutputBytes); err != nil {
+		if err := rows.Scan(&k.task, &k.ws, &u.Execs, &u.CPUNanos, &u.PeakMemBytes, &u.WallNanos, &u.OutputBytes); err != nil {
 			rows.Close()
 			return nil, classify(err, "summing exec usage")
 		}
-		t := get(task)
+		t := get(k)
 		t.Execs, t.CPUNanos, t.PeakMemBytes, t.WallNanos, t.OutputBytes = u.Execs, u.CPUNanos, u.PeakMemBytes, u.WallNanos, u.OutputBytes
 	}
 	rows.Close()
@@ -127,18 +134,18 @@ func (s *Store) UsageByTask(ctx context.Context, f store.UsageFilter) ([]store.T
 		return nil, classify(err, "summing exec usage")
 	}
 	where, args = usageWhere(f, "at")
-	rows, err = s.db.QueryContext(ctx, `SELECT task, CAST(COALESCE(SUM(bytes_up),0) AS BIGINT), CAST(COALESCE(SUM(bytes_down),0) AS BIGINT) FROM egress_usage WHERE `+where+` GROUP BY task`, args...)
+	rows, err = s.db.QueryContext(ctx, `SELECT task, `+wsCol+`, CAST(COALESCE(SUM(bytes_up),0) AS BIGINT), CAST(COALESCE(SUM(bytes_down),0) AS BIGINT) FROM egress_usage WHERE `+where+` GROUP BY `+group, args...)
 	if err != nil {
 		return nil, classify(err, "summing egress usage")
 	}
 	for rows.Next() {
-		var task string
+		var k key
 		var up, down int64
-		if err := rows.Scan(&task, &up, &down); err != nil {
+		if err := rows.Scan(&k.task, &k.ws, &up, &down); err != nil {
 			rows.Close()
 			return nil, classify(err, "summing egress usage")
 		}
-		t := get(task)
+		t := get(k)
 		t.EgressBytesUp, t.EgressBytesDown = up, down
 	}
 	rows.Close()
@@ -149,21 +156,21 @@ func (s *Store) UsageByTask(ctx context.Context, f store.UsageFilter) ([]store.T
 	wsWhere, wsArgs := usageWhere(f, "started_at")
 	egWhere, _ := usageWhereFrom(f, "at", len(wsArgs))
 	_, egArgs := usageWhere(f, "at")
-	rows, err = s.db.QueryContext(ctx, `SELECT task, COUNT(DISTINCT workspace_id) FROM (
+	rows, err = s.db.QueryContext(ctx, `SELECT task, `+wsCol+`, COUNT(DISTINCT workspace_id) FROM (
 		SELECT task, workspace_id FROM execs WHERE `+wsWhere+`
 		UNION SELECT task, workspace_id FROM egress_usage WHERE `+egWhere+` AND workspace_id <> ''
-	) AS u GROUP BY task`, append(wsArgs, egArgs...)...)
+	) AS u GROUP BY `+group, append(wsArgs, egArgs...)...)
 	if err != nil {
 		return nil, classify(err, "counting workspaces")
 	}
 	for rows.Next() {
-		var task string
+		var k key
 		var n int64
-		if err := rows.Scan(&task, &n); err != nil {
+		if err := rows.Scan(&k.task, &k.ws, &n); err != nil {
 			rows.Close()
 			return nil, classify(err, "counting workspaces")
 		}
-		get(task).Workspaces = n
+		get(k).Workspaces = n
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -173,7 +180,9 @@ func (s *Store) UsageByTask(ctx context.Context, f store.UsageFilter) ([]store.T
 	for _, u := range byTask {
 		out = append(out, *u)
 	}
-	slices.SortFunc(out, func(a, b store.TaskUsage) int { return strings.Compare(a.Task, b.Task) })
+	slices.SortFunc(out, func(a, b store.TaskUsage) int {
+		return cmp.Or(strings.Compare(a.Task, b.Task), strings.Compare(a.WorkspaceID, b.WorkspaceID))
+	})
 	return out, nil
 }
 

@@ -285,6 +285,50 @@ func testEvents(t *testing.T, s store.Store) {
 	if len(typ) != 1 || typ[0].Type != "t.1" {
 		t.Errorf("Type+Limit = %+v", typ)
 	}
+	// The newest first, paged back with BeforeID; filters by type prefix
+	// (an _ in it is a character, not LIKE's wildcard), actor and object.
+	more := []store.Event{
+		{Actor: "daemon", Type: "sandbox.oom_killed", SandboxID: "sb_9", WorkspaceID: "ws_9"},
+		{Actor: "daemon", Type: "sandbox.oomXkilled", RepoID: "repo_9"},
+		{Actor: "cli", Type: "sandbox.created", SandboxID: "sb_9"},
+	}
+	for _, e := range more {
+		if _, err := s.AppendEvent(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, _ = s.ListEvents(ctx, store.EventFilter{})
+	evID := func(e store.Event) int64 { return e.ID }
+	newest, _ := s.ListEvents(ctx, store.EventFilter{Newest: true, Limit: 3})
+	if d := cmp.Diff([]int64{all[7].ID, all[6].ID, all[5].ID}, ids(newest, evID)); d != "" {
+		t.Errorf("Newest (-want +got):\n%s", d)
+	}
+	back, _ := s.ListEvents(ctx, store.EventFilter{Newest: true, Limit: 2, BeforeID: all[5].ID})
+	if d := cmp.Diff([]int64{all[4].ID, all[3].ID}, ids(back, evID)); d != "" {
+		t.Errorf("Newest before (-want +got):\n%s", d)
+	}
+	for name, c := range map[string]struct {
+		f    store.EventFilter
+		want []int64
+	}{
+		"type prefix":        {store.EventFilter{TypePrefix: "sandbox.oom_"}, []int64{all[5].ID}},
+		"type prefix, wider": {store.EventFilter{TypePrefix: "sandbox."}, []int64{all[5].ID, all[6].ID, all[7].ID}},
+		"actor":              {store.EventFilter{Actor: "daemon"}, []int64{all[5].ID, all[6].ID}},
+		"object sandbox":     {store.EventFilter{Object: "sb_9"}, []int64{all[5].ID, all[7].ID}},
+		"object workspace":   {store.EventFilter{Object: "ws_9"}, []int64{all[5].ID}},
+		"object repo":        {store.EventFilter{Object: "repo_9"}, []int64{all[6].ID}},
+		"object and actor":   {store.EventFilter{Object: "sb_9", Actor: "cli", Newest: true}, []int64{all[7].ID}},
+		"object, no such":    {store.EventFilter{Object: "sb_"}, []int64{}},
+	} {
+		got, err := s.ListEvents(ctx, c.f)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if d := cmp.Diff(c.want, ids(got, evID)); d != "" {
+			t.Errorf("%s (-want +got):\n%s", name, d)
+		}
+	}
 }
 
 // testConcurrent checks that parallel read-then-write work from many

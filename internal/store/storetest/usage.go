@@ -87,6 +87,18 @@ func testUsage(t *testing.T, s store.Store) {
 	if d := cmp.Diff(want, all); d != "" {
 		t.Errorf("UsageByTask (-want +got):\n%s", d)
 	}
+	byWS, err := s.UsageByTask(ctx, store.UsageFilter{ByWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []store.TaskUsage{
+		{Task: "alpha", WorkspaceID: "ws_a", Workspaces: 1, Execs: 2, CPUNanos: 300, PeakMemBytes: 3000, WallNanos: 30, OutputBytes: 14, EgressBytesUp: 11, EgressBytesDown: 102},
+		{Task: "beta", WorkspaceID: "ws_b", Workspaces: 1, Execs: 1, CPUNanos: 50, PeakMemBytes: 500, WallNanos: 5, OutputBytes: 2},
+		{Task: "gamma", WorkspaceID: "ws_gone", Workspaces: 1, EgressBytesUp: 3, EgressBytesDown: 4},
+	}
+	if d := cmp.Diff(want, byWS); d != "" {
+		t.Errorf("UsageByTask by workspace (-want +got):\n%s", d)
+	}
 	since, err := s.UsageByTask(ctx, store.UsageFilter{Since: base.Add(10 * time.Minute)})
 	if err != nil {
 		t.Fatal(err)
