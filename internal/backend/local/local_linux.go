@@ -174,7 +174,7 @@ func New(opts Options) (*Backend, error) {
 			return dirs, nil
 		}
 	}
-	sp, err := newSpawner(home)
+	sp, err := newSpawner(home, func() error { return enterSmallNamespace(opts.StageDir, opts.CgroupRoot, bwrap) })
 	if err != nil {
 		unmountStage(opts.StageDir)
 		return fail("%w", err)
