@@ -7,8 +7,9 @@
 # the pod sandbox ("pause") image is built here from scripts/k8s/pause and agentbox's images
 # are imported from dockerd's store.
 #
-# The cluster gives pods no network but their loopback: the CNI configuration has only the
-# loopback plugin, so a pod has no interface a packet could leave by. agentbox's sandboxes
+# The cluster gives pods no network but their loopback: its only CNI plugin, nonet
+# (scripts/k8s/nonet), configures nothing and reports an address for containerd's sake, so
+# a pod has no interface a packet could leave by. agentbox's sandboxes
 # need nothing more (the guest reaches the daemon through a unix socket on a node-local
 # volume, egress goes through agentbox's proxy the same way); agentbox still writes a
 # default-deny NetworkPolicy for clusters whose network plugin enforces them.
@@ -57,6 +58,11 @@ alive() {
 	local f
 	f=$(pidfile "$1")
 	[[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+all_alive() {
+	local p
+	for p in "${PARTS[@]}"; do alive "$p" || return 1; done
 }
 
 # start NAME CMD...: runs one part in the background, its output in $LOGS/NAME.log.
@@ -147,10 +153,15 @@ EOF
 }
 
 configs() {
-	mkdir -p "$STATE/cni" "$STATE/containerd" "$STATE/kubelet"
-	cat >"$STATE/cni/10-loopback.conflist" <<'EOF'
-{"cniVersion": "0.4.0", "name": "agentbox-none", "plugins": [{"type": "loopback"}]}
+	mkdir -p "$STATE/cni" "$STATE/cni-bin" "$STATE/containerd" "$STATE/kubelet"
+	rm -f "$STATE/cni/10-loopback.conflist"
+	cat >"$STATE/cni/10-nonet.conflist" <<'EOF'
+{"cniVersion": "0.4.0", "name": "agentbox-nonet", "plugins": [{"type": "nonet"}]}
 EOF
+	ln -sf /usr/lib/cni/loopback "$STATE/cni-bin/loopback"
+	if [[ ! -x $STATE/cni-bin/nonet || $HERE/k8s/nonet/main.go -nt $STATE/cni-bin/nonet ]]; then
+		(cd "$HERE/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$STATE/cni-bin/nonet" ./nonet)
+	fi
 	# The runsc handler: the runc shim runs runsc as its OCI runtime, through a
 	# wrapper that adds the flags this machine's gVisor needs (as dockerd's
 	# registration does).
@@ -176,17 +187,24 @@ disabled_plugins = ["io.containerd.grpc.v1.cri.v1alpha2"]
   sandbox_image = "docker.io/${PAUSE_IMAGE}"
   enable_unprivileged_ports = false
   enable_unprivileged_icmp = false
+  # Root here lacks CAP_SYS_RESOURCE (the machine is itself a sandbox), so no process may
+  # lower its oom_score_adj: the kubelet's -998 for a pod's sandbox container would fail
+  # runc's init. This keeps every container's at or above containerd's own.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "${STATE}/cni-bin"
     conf_dir = "${STATE}/cni"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "${RUN}/runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
         BinaryName = "${STATE}/runsc"
+        Root = "${RUN}/runsc"
 EOF
 	cat >"$STATE/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -233,7 +251,8 @@ import_images() {
 		rm -rf "$tmp"
 		IMAGES="$PAUSE_IMAGE $IMAGES"
 	fi
-	local img id want
+	local img id want mark
+	mkdir -p "$STATE/imported"
 	for img in $IMAGES; do
 		id=$(docker image inspect -f '{{.Id}}' "$img" 2>/dev/null) || {
 			log "image $img: not in dockerd, not imported"
@@ -241,18 +260,22 @@ import_images() {
 		}
 		want=docker.io/$img
 		[[ $img == */*/* ]] && want=$img
-		if "${ctr[@]}" images ls "name==$want" | grep -q "${id#sha256:}"; then
+		# What was imported is recorded by dockerd's image id: containerd
+		# lists the manifest's digest, which a docker save makes anew.
+		mark=$STATE/imported/$(printf '%s' "$img" | tr '/:' '__')
+		if [[ -f $mark && $(cat "$mark") == "$id" ]] && "${ctr[@]}" images ls -q | grep -qx "$want"; then
 			continue
 		fi
 		log "importing $img into the cluster's containerd"
-		docker save "$img" | "${ctr[@]}" images import --no-unpack=false - >/dev/null
+		docker save "$img" | "${ctr[@]}" images import - >/dev/null
+		echo "$id" >"$mark"
 	done
 }
 
 up() {
 	[[ -f $BIN/.complete ]] || die "no kubernetes binaries at $BIN: run scripts/setup-k8s.sh"
 	mkdir -p "$RUN" "$LOGS" "$STATE"
-	if alive kubelet && kubectl get --raw /readyz >/dev/null 2>&1 &&
+	if all_alive && kubectl get --raw /readyz >/dev/null 2>&1 &&
 		kubectl get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True; then
 		import_images
 		echo "$STATE/admin.kubeconfig"
@@ -260,6 +283,8 @@ up() {
 	fi
 	pki
 	configs
+	# kubectl beside the kubeconfig, for whoever holds one (agentbox bench looks there).
+	ln -sf "$BIN/kubectl" "$STATE/kubectl"
 	start etcd etcd --name agentbox --data-dir "$STATE/etcd" \
 		--listen-client-urls "http://127.0.0.1:${ETCD_PORT}" --advertise-client-urls "http://127.0.0.1:${ETCD_PORT}" \
 		--listen-peer-urls http://127.0.0.1:23792 --initial-advertise-peer-urls http://127.0.0.1:23792 \

@@ -32,7 +32,9 @@ go vet ./...
 # minutes to an hour) are not run, but must keep compiling.
 go vet -tags measure ./internal/bench ./internal/battery
 CGO_ENABLED=0 go build ./...
-go test -count=1 -timeout 20m ./... "$@"
+# cmd/agentbox's end-to-end tests run the Go eval tasks on docker and
+# gvisor (about 5 minutes of go test in sandboxes): 30m per package.
+go test -count=1 -timeout 30m ./... "$@"
 # The daemon's core end-to-end tests again with every daemon on PostgreSQL
 # (a real PostgreSQL 15 started by the tests, a database per data dir); the
 # store's conformance suite and the PostgreSQL-only tests ran above.

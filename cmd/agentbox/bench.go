@@ -95,6 +95,9 @@ func (c *cli) benchSandboxCmd(use, short string, runs int, run func(context.Cont
 			}
 			opts.ImagesDir = filepath.Join(cfg.DataDir, "images")
 			opts.DockerHost = cfg.DockerHost
+			if opts.Kubeconfig == "" && cfg.Kubernetes != nil {
+				opts.Kubeconfig = cfg.Kubernetes.Kubeconfig
+			}
 			progress := c.benchProgress()
 			res, print, err := run(cmd.Context(), opts, progress)
 			if err != nil {
@@ -128,6 +131,7 @@ func (c *cli) benchSandboxCmd(use, short string, runs int, run func(context.Cont
 	if use == "create" || use == "all" {
 		fl.IntVar(&opts.Profile, "profile", 0, "then time the daemon-side steps of this many instrumented create → first exec runs per backend")
 	}
+	fl.StringVar(&opts.Kubeconfig, "kubeconfig", "", "the kubernetes backend's cluster, measured when --backend names kubernetes (default: the config's kubernetes.kubeconfig, $AGENTBOX_KUBECONFIG)")
 	fl.StringVar(&opts.GuestBinary, "guest", "", "agentbox-guest binary (default: the configured one, else next to agentbox)")
 	return cmd
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/apitypes"
+	"github.com/agentbox/agentbox/internal/evalset"
 )
 
 // evalTask is one task of a task set: a repository at a base, a problem
@@ -33,6 +34,37 @@ type evalTask struct {
 	Patch       string   `json:"patch"`
 	Script      string   `json:"script,omitempty"`
 	TestTimeout string   `json:"timeout,omitempty"`
+	// TestPatch, a file, holds tests applied to the workspace after the
+	// patch under evaluation and before the tests run, SWE-bench style:
+	// the agent never sees them.
+	TestPatch string `json:"test_patch,omitempty"`
+	// GoModule makes the task from a recipe instead of Repo, Base and
+	// Patch: a bug fixed by a patch release of a Go module, rebuilt from
+	// the module proxy's zips (see internal/evalset). Its fail_to_pass
+	// and pass_to_pass are Go test names, run in Packages (default
+	// ./...).
+	GoModule *evalset.GoModule `json:"go_module,omitempty"`
+	Packages []string          `json:"packages,omitempty"`
+
+	// patchText and testPatchText are a recipe's patches, once built.
+	patchText, testPatchText string
+}
+
+// commands are the shell commands of a task's fail_to_pass and
+// pass_to_pass tests.
+func (t evalTask) commands() (test, regress string, err error) {
+	if t.GoModule == nil {
+		return strings.Join(t.FailToPass, " && "), strings.Join(t.PassToPass, " && "), nil
+	}
+	if test, err = evalset.GoTest(t.FailToPass, t.Packages); err != nil {
+		return "", "", err
+	}
+	if len(t.PassToPass) > 0 {
+		if regress, err = evalset.GoTest(t.PassToPass, t.Packages); err != nil {
+			return "", "", err
+		}
+	}
+	return test, regress, nil
 }
 
 type evalSet struct {
@@ -97,8 +129,20 @@ func loadEvalSet(file string) (evalSet, string, error) {
 		switch {
 		case t.ID == "" || seen[t.ID]:
 			return evalSet{}, "", fmt.Errorf("task set %s: a task without an id, or %q twice", file, t.ID)
-		case t.Repo == "" || len(t.FailToPass) == 0:
-			return evalSet{}, "", fmt.Errorf("task set %s: task %s needs repo and fail_to_pass", file, t.ID)
+		case t.GoModule != nil && (t.Repo != "" || t.Base != "" || t.Patch != "" || t.TestPatch != ""):
+			return evalSet{}, "", fmt.Errorf("task set %s: task %s is a go_module recipe: it has no repo, base, patch or test_patch of its own", file, t.ID)
+		case t.GoModule == nil && len(t.Packages) > 0:
+			return evalSet{}, "", fmt.Errorf("task set %s: task %s: packages are for go_module tasks", file, t.ID)
+		case (t.Repo == "" && t.GoModule == nil) || len(t.FailToPass) == 0:
+			return evalSet{}, "", fmt.Errorf("task set %s: task %s needs repo (or go_module) and fail_to_pass", file, t.ID)
+		}
+		if t.GoModule != nil {
+			if err := t.GoModule.Check(); err != nil {
+				return evalSet{}, "", fmt.Errorf("task set %s: task %s: %w", file, t.ID, err)
+			}
+		}
+		if _, _, err := t.commands(); err != nil {
+			return evalSet{}, "", fmt.Errorf("task set %s: task %s: %w", file, t.ID, err)
 		}
 		seen[t.ID] = true
 	}
@@ -158,6 +202,9 @@ scripted model). --json prints one object with resolved and total.`,
 				}
 				set.Tasks[i].Repo = bundles[repo]
 			}
+			if err := prepareRecipes(cmd.Context(), set.Tasks, tmp); err != nil {
+				return err
+			}
 			results := make([]evalResult, len(set.Tasks))
 			sem := make(chan struct{}, max(parallel, 1))
 			var wg sync.WaitGroup
@@ -200,9 +247,9 @@ scripted model). --json prints one object with resolved and total.`,
 
 // evalOne evaluates one task; whatever goes wrong is the task's failure,
 // not the harness's.
-func (c *cli) evalOne(ctx context.Context, cl *client.Client, dir string, t evalTask, patch, model string, attempts int, keep bool) evalResult {
+func (c *cli) evalOne(ctx context.Context, cl *client.Client, dir string, t evalTask, patch, model string, attempts int, keep bool) (res evalResult) {
 	start := time.Now()
-	res := evalResult{ID: t.ID}
+	res = evalResult{ID: t.ID}
 	defer func() { res.WallMS = time.Since(start).Milliseconds() }()
 	repo := t.Repo
 	if !strings.Contains(repo, "://") && !filepath.IsAbs(repo) {
@@ -216,7 +263,11 @@ func (c *cli) evalOne(ctx context.Context, cl *client.Client, dir string, t eval
 			}
 		}()
 	}
-	test := strings.Join(t.FailToPass, " && ")
+	test, regress, err := t.commands()
+	if err != nil {
+		res.Failure = err.Error()
+		return res
+	}
 	ws := ""
 	switch patch {
 	case "reference", "empty":
@@ -228,19 +279,32 @@ func (c *cli) evalOne(ctx context.Context, cl *client.Client, dir string, t eval
 		ws = w.ID
 		removes = append(removes, ws)
 		if patch == "reference" {
-			p, err := os.ReadFile(filepath.Join(dir, t.Patch))
-			if err != nil {
-				res.Failure = "reference patch: " + err.Error()
-				return res
+			p := t.patchText
+			if t.GoModule == nil {
+				b, err := os.ReadFile(filepath.Join(dir, t.Patch))
+				if err != nil {
+					res.Failure = "reference patch: " + err.Error()
+					return res
+				}
+				p = string(b)
 			}
-			out, err := cl.ExecBuffered(ctx, ws, client.Exec{Argv: []string{"git", "apply", "--whitespace=nowarn", "-"}}, strings.NewReader(string(p)))
-			if err != nil || out.ExitCode != 0 {
-				res.Failure = fmt.Sprintf("applying the reference patch: %v %s", err, out.Stderr)
+			if err := applyPatch(ctx, cl, ws, p); err != nil {
+				res.Failure = "applying the reference patch: " + err.Error()
 				return res
 			}
 		}
 	case "solve":
-		req := client.SolveRequest{Repo: repo, Ref: t.Base, Task: t.Problem, Test: test, Attempts: attempts, Model: model, Timeout: t.TestTimeout}
+		// With hidden tests (a test patch), the loop can only run the
+		// tests that are there: pass_to_pass.
+		loopTest := test
+		if t.testPatchText != "" || t.TestPatch != "" {
+			loopTest = regress
+		}
+		if loopTest == "" {
+			res.Failure = "the task's tests are hidden and it has no pass_to_pass: nothing for the loop to run"
+			return res
+		}
+		req := client.SolveRequest{Repo: repo, Ref: t.Base, Task: t.Problem, Test: loopTest, Attempts: attempts, Model: model, Timeout: t.TestTimeout}
 		if model == "" {
 			b, err := os.ReadFile(filepath.Join(dir, t.Script))
 			if t.Script == "" || err != nil {
@@ -289,9 +353,24 @@ func (c *cli) evalOne(ctx context.Context, cl *client.Client, dir string, t eval
 		}
 	}
 	res.Workspace = ws
+	tp := t.testPatchText
+	if t.TestPatch != "" {
+		b, err := os.ReadFile(filepath.Join(dir, t.TestPatch))
+		if err != nil {
+			res.Failure = "test patch: " + err.Error()
+			return res
+		}
+		tp = string(b)
+	}
+	if tp != "" {
+		if err := applyPatch(ctx, cl, ws, tp); err != nil {
+			res.Failure = "applying the test patch: " + err.Error()
+			return res
+		}
+	}
 	// The verdict is the review gate's: fail_to_pass as its test and
 	// pass_to_pass as its regression, each in a fresh sandbox.
-	cand, err := cl.Review(ctx, ws, client.ReviewRequest{Test: test, Regress: strings.Join(t.PassToPass, " && "), Timeout: t.TestTimeout, Message: "eval " + t.ID})
+	cand, err := cl.Review(ctx, ws, client.ReviewRequest{Test: test, Regress: regress, Timeout: t.TestTimeout, Message: "eval " + t.ID})
 	if err != nil {
 		res.Failure = "review: " + err.Error()
 		return res
@@ -307,6 +386,52 @@ func (c *cli) evalOne(ctx context.Context, cl *client.Client, dir string, t eval
 		res.Failure = "pass_to_pass tests broke"
 	}
 	return res
+}
+
+// applyPatch applies a git diff to workspace ws, in its sandbox.
+func applyPatch(ctx context.Context, cl *client.Client, ws, patch string) error {
+	out, err := cl.ExecBuffered(ctx, ws, client.Exec{Argv: []string{"git", "apply", "--whitespace=nowarn", "-"}}, strings.NewReader(patch))
+	if err != nil {
+		return err
+	}
+	if out.ExitCode != 0 {
+		return fmt.Errorf("git apply exited %d: %s", out.ExitCode, out.Stderr)
+	}
+	return nil
+}
+
+// prepareRecipes builds the repositories of the go_module tasks in tmp
+// (once per module and pair of versions) from the module proxy's zips,
+// cached, and points each task at its repository and patches.
+func prepareRecipes(ctx context.Context, tasks []evalTask, tmp string) error {
+	var f *evalset.Fetcher
+	built := map[evalset.GoModule]evalset.Repo{}
+	for i, t := range tasks {
+		if t.GoModule == nil {
+			continue
+		}
+		if f == nil {
+			proxy, err := evalset.ProxyFromEnv()
+			if err != nil {
+				return err
+			}
+			cache, err := evalset.DefaultCache()
+			if err != nil {
+				return err
+			}
+			f = &evalset.Fetcher{Proxy: proxy, Cache: cache}
+		}
+		r, ok := built[*t.GoModule]
+		if !ok {
+			var err error
+			if r, err = f.Build(ctx, *t.GoModule, filepath.Join(tmp, fmt.Sprintf("gomod%d", len(built)))); err != nil {
+				return fmt.Errorf("task %s: %w", t.ID, err)
+			}
+			built[*t.GoModule] = r
+		}
+		tasks[i].Repo, tasks[i].Base, tasks[i].patchText, tasks[i].testPatchText = r.Dir, r.Ref, r.Patch, r.TestPatch
+	}
+	return nil
 }
 
 func printEval(w io.Writer, rep evalReport) {

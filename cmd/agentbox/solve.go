@@ -256,7 +256,11 @@ func printSolveStep(w io.Writer, s client.SolveStep) {
 	case solve.KindPatch:
 		var p solve.Patch
 		json.Unmarshal(rec.Message, &p)
-		fmt.Fprintf(w, "%s patch: %d edit(s)\n", at, len(p.Edits))
+		fmt.Fprintf(w, "%s patch: %d edit(s)", at, len(p.Edits))
+		if p.Turns > 1 {
+			fmt.Fprintf(w, " after %d model calls reading the workspace", p.Turns-1)
+		}
+		fmt.Fprintln(w)
 		for _, e := range p.Edits {
 			if e.Old == "" {
 				fmt.Fprintf(w, "    write %s (%d bytes)\n", e.Path, len(e.New))

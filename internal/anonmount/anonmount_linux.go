@@ -29,7 +29,7 @@ func Overlay(lower, dir, upper, work, merged string, flags uintptr, data string)
 	if data != "" {
 		opts += "," + data
 	}
-	err := onPrivateThread(func() error {
+	err := OnPrivateThread(func() error {
 		d, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return err
@@ -63,7 +63,7 @@ func View(target, src string) error {
 	if err := unix.Mount(Source, target, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0555,size=4k,nr_inodes=2"); err != nil {
 		return fmt.Errorf("mounting a view of %s at %s: %w", src, target, err)
 	}
-	err := onPrivateThread(func() error {
+	err := OnPrivateThread(func() error {
 		t, err := unix.Open(target, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return err
@@ -117,8 +117,8 @@ func Detach(path string) error {
 	return fmt.Errorf("unmounting %s: still mounted after 8 unmounts", path)
 }
 
-// onPrivateThread runs fn on an OS thread whose root and working
-// directory fn may change: the thread leaves the file system context it
+// OnPrivateThread runs fn on an OS thread whose root and working
+// directory, or mount namespace, fn may change: the thread leaves the file system context it
 // shares with the rest of the process (unshare CLONE_FS), and is never
 // handed back to the Go runtime, which ends it with its goroutine. Threads
 // the runtime starts meanwhile come from its template thread, never from
@@ -127,14 +127,14 @@ func Detach(path string) error {
 // The main thread is never used: the runtime keeps it rather than ending
 // it, and /proc/self is its directory, so a root changed there would
 // change every later read of /proc/self/mountinfo by this process.
-func onPrivateThread(fn func() error) error {
+func OnPrivateThread(fn func() error) error {
 	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		if unix.Gettid() == unix.Getpid() {
 			// Holding the main thread, the goroutine started now cannot
 			// run on it.
-			ch <- onPrivateThread(fn)
+			ch <- OnPrivateThread(fn)
 			runtime.UnlockOSThread()
 			return
 		}

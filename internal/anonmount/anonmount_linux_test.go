@@ -193,7 +193,7 @@ func TestPrivateThread(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 200 {
 		wg.Go(func() {
-			err := onPrivateThread(func() error {
+			err := OnPrivateThread(func() error {
 				if unix.Gettid() == unix.Getpid() {
 					return errors.New("on the main thread")
 				}

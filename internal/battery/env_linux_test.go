@@ -20,8 +20,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentbox/agentbox/internal/backend/docker"
+	"github.com/agentbox/agentbox/internal/backend/kubernetes"
 	"github.com/agentbox/agentbox/internal/backend/local"
 	"github.com/agentbox/agentbox/internal/egress"
 	"github.com/agentbox/agentbox/internal/egress/mitm"
@@ -58,12 +60,23 @@ const (
 // backends are the backends every test runs against.
 var backends = []string{docker.NameDocker, docker.NameGVisor, local.Name}
 
+// withKubernetes are backends and kubernetes: the sections of the battery
+// that run on the test cluster's pods too (network, privilege and file
+// system).
+var withKubernetes = append(append([]string{}, backends...), kubernetes.Name)
+
 // forEachBackend runs f as a parallel subtest per backend, each with an
 // environment of its own.
 func forEachBackend(t *testing.T, f func(t *testing.T, e *env)) {
 	t.Helper()
+	forBackends(t, backends, f)
+}
+
+// forBackends is forEachBackend over the named backends.
+func forBackends(t *testing.T, names []string, f func(t *testing.T, e *env)) {
+	t.Helper()
 	requireSetup(t)
-	for _, name := range backends {
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			f(t, newEnv(t, name))
@@ -114,6 +127,18 @@ func newEnv(t *testing.T, name string) *env {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close() })
+		e.be = b
+	case kubernetes.Name:
+		kubeconfig := testutil.KubeCluster(t)
+		ns := "abbattery-" + randHex(4)
+		b, err := kubernetes.New(t.Context(), kubernetes.Options{Kubeconfig: kubeconfig, Namespace: ns,
+			MountDir: filepath.Join(e.data, "binds"), RequireNode: true, StopTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			b.Client().CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		})
 		e.be = b
 	case local.Name:
 		if _, err := exec.LookPath("bwrap"); err != nil {

@@ -57,7 +57,7 @@ func hostControls(t *testing.T) {
 // TestIsolation runs SECURITY.md A1-A10 and B11-B14 in one sandbox per
 // backend, made with the defaults users get.
 func TestIsolation(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, e *env) {
+	forBackends(t, withKubernetes, func(t *testing.T, e *env) {
 		hostControls(t)
 		x := e.newBox(t, sandbox.Limits{})
 		t.Run("A1 identity", func(t *testing.T) { testIdentity(t, x) })

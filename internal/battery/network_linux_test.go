@@ -110,7 +110,7 @@ func hostIP() string {
 // every decision is in the event log. The oracles are on the host: what
 // the upstreams received and which names the proxy resolved.
 func TestNetwork(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, e *env) {
+	forBackends(t, withKubernetes, func(t *testing.T, e *env) {
 		// Plain HTTP on every address of this machine (so that a
 		// sandbox could reach it by the host's address, were it not
 		// cut off), TLS on loopback.

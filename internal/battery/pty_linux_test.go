@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/apitypes"
+	"github.com/agentbox/agentbox/internal/backend/kubernetes"
 	"github.com/agentbox/agentbox/internal/backend/local"
 )
 
@@ -153,6 +154,12 @@ func (x *box) hostPids(t *testing.T) []int {
 				roots = append(roots, pid)
 			}
 		}
+	} else if kb, ok := x.e.be.(*kubernetes.Backend); ok {
+		pids, err := kb.Pids(context.Background(), ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots = pids
 	} else {
 		out, err := exec.Command("docker", "inspect", "--format", "{{.State.Pid}}", ref).Output()
 		if err != nil {

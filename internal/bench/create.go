@@ -7,6 +7,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,6 +97,10 @@ func (e *env) createBench(ctx context.Context) (SandboxResult, error) {
 					return nil, nil
 				}})
 			}
+		} else if b == BackendKubernetes {
+			if c, ok := e.kubectlRunCase(); ok {
+				cases = append(cases, c)
+			}
 		} else if rt := runtimeOf(b); e.dockerOK {
 			cases = append(cases, tcase{backend: runtimeBackend(rt), name: CaseDockerRun, baseline: true, run: func(ctx context.Context) (func() error, error) {
 				return nil, e.dockerRun(ctx, rt, files)
@@ -117,6 +122,10 @@ func (e *env) createBench(ctx context.Context) (SandboxResult, error) {
 			if bw, ok := row(rows, b, CaseBwrap); ok {
 				res.Checks = append(res.Checks, ratioCheck(b+": agentbox / bwrap", a, bw, 0, 0))
 			}
+		case BackendKubernetes:
+			if kr, ok := row(rows, b, CaseKubectlRun); ok {
+				res.Checks = append(res.Checks, ratioCheck(b+": agentbox / kubectl run", a, kr, 0, 0))
+			}
 		default:
 			if dr, ok := row(rows, b, CaseDockerRun); ok {
 				res.Checks = append(res.Checks, ratioCheck(b+": agentbox / docker run", a, dr, TargetCreateRatio, 0))
@@ -127,6 +136,9 @@ func (e *env) createBench(ctx context.Context) (SandboxResult, error) {
 		"agentbox: CreateSandbox on an existing workspace, then Exec `true` until its result; the sandbox is removed after the clock stops",
 		"each backend is measured apart from the others, interleaved only with its own baseline",
 		fmt.Sprintf("docker run: docker run --rm %s -v WORKSPACE:/workspace %s true (the same user, limits and mounts as a sandbox; includes the container's removal, which --rm waits for)", strings.Join(dockerLimitArgs("RUN", "RUNTIME"), " "), e.opts.Image))
+	if slices.Contains(e.backends, BackendKubernetes) {
+		res.Notes = append(res.Notes, "kubectl run: kubectl run NAME --image IMG --image-pull-policy Never --restart Never (no service account token, no service links) --command -- true, then kubectl wait until the pod's phase is Succeeded; the pod is deleted after the clock stops")
+	}
 	if e.rootfs != "" {
 		res.Notes = append(res.Notes, "bwrap: "+strings.Join(bwrapArgs("ROOTFS", "WORKSPACE"), " ")+" (as root; no cgroups, no seccomp)")
 	}

@@ -88,6 +88,9 @@ type SandboxOptions struct {
 	// DockerHost is the engine's address (default $DOCKER_HOST or the
 	// local socket). The docker CLI of the baselines is pointed at it too.
 	DockerHost string
+	// Kubeconfig is the cluster of the kubernetes backend, measured only
+	// when named in Backends.
+	Kubeconfig string
 	// Profile is the number of extra, instrumented create→first exec runs
 	// per backend whose steps are timed (create benchmark only; 0: none).
 	Profile int
@@ -205,8 +208,8 @@ func (o SandboxOptions) validate() error {
 		return fmt.Errorf("bench: agentbox-guest binary %s: not a regular file (%v)", o.GuestBinary, err)
 	}
 	for _, b := range o.Backends {
-		if !slices.Contains(AllBackends, b) {
-			return fmt.Errorf("bench: unknown backend %q (known: %s)", b, strings.Join(AllBackends, ", "))
+		if !knownBackend(b) {
+			return fmt.Errorf("bench: unknown backend %q (known: %s, %s)", b, strings.Join(AllBackends, ", "), BackendKubernetes)
 		}
 	}
 	return nil
@@ -374,7 +377,7 @@ func (e *env) openBackends(ctx context.Context) error {
 		want = AllBackends
 	}
 	var why []string
-	for _, name := range AllBackends {
+	for _, name := range append(append([]string{}, AllBackends...), BackendKubernetes) {
 		if !slices.Contains(want, name) {
 			continue
 		}
@@ -432,6 +435,8 @@ func (e *env) openBackend(ctx context.Context, name string) (sandbox.Backend, fu
 			return nil, nil, err
 		}
 		return b, b.Close, nil
+	case BackendKubernetes:
+		return e.openKubernetes(ctx)
 	case BackendLocal:
 		var log *slog.Logger
 		if e.prof != nil {

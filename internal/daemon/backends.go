@@ -62,6 +62,9 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[str
 		kb, err := kubernetes.New(kctx, kubernetes.Options{
 			Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, Node: k.Node, RuntimeClass: k.RuntimeClass, Logger: log,
 			MountDir: filepath.Join(mounts, kubernetes.Name),
+			// The daemon is on its pods' node (their workspaces are on its
+			// disk), so what it does there must succeed.
+			RequireNode: true,
 		})
 		cancel()
 		if err != nil {

@@ -1,13 +1,3 @@
-// Package hostbind makes the host-side binds that container backends hand
-// to their runtimes as a sandbox's /workspace.
-//
-// The workspace must be nosuid,nodev inside the sandbox (SECURITY.md B14).
-// A bind mount keeps the flags of the mount it is taken from, but neither
-// Docker nor a kubelet can add flags to a bind. So a workspace that
-// already sits on a nosuid,nodev mount (the overlay workspace driver
-// mounts so) is bound as is; any other gets a nosuid,nodev bind of its
-// own in a directory of the sandbox's, which the runtime then binds into
-// the container.
 package hostbind
 
 import (
@@ -18,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/anonmount"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/mountinfo"
 )
@@ -144,4 +135,68 @@ func removeEmptyTree(dir string) error {
 		return fmt.Errorf("removing workspace bind directory: %w", err)
 	}
 	return nil
+}
+
+// etcHosts is what an engine writes into /etc/hosts of a container
+// without a network.
+const etcHosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
+
+// Etc makes at dir a small tmpfs holding a sandbox's /etc files
+// (EtcFiles), hostname its host name, and returns how to take it off the
+// host: once the runtime has bound them into the container, whose mount
+// namespace then holds copies. Runtimes bind /etc/hostname, /etc/hosts and
+// /etc/resolv.conf into every container from files under their own data
+// root, whose host paths then show in the container's mount table
+// (SECURITY.md H45), and the resolv.conf they write for a container
+// without a network is the host's; they bind theirs only where the
+// container has no mount of its own. From this tmpfs the files show as
+// "/hostname", "/hosts" and "/resolv.conf". The resolv.conf is empty: the
+// sandbox has no network, and the names its proxy requests carry are
+// resolved by the daemon.
+func Etc(dir, hostname string) (func() error, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("/etc files: %w", err)
+	}
+	release := func() error {
+		err := anonmount.Detach(dir)
+		if rerr := os.Remove(dir); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+			err = fmt.Errorf("/etc files: %w", rerr)
+		}
+		return err
+	}
+	if err := anonmount.Tmpfs(dir, 64<<10, 16); err != nil {
+		release()
+		return nil, err
+	}
+	content := map[string]string{"hostname": hostname + "\n", "hosts": etcHosts, "resolv.conf": ""}
+	for _, f := range EtcFiles {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), []byte(content[f.Name]), 0o644); err != nil {
+			release()
+			return nil, fmt.Errorf("/etc files: %w", err)
+		}
+	}
+	return release, nil
+}
+
+// Tmp mounts at dir a sandbox's /tmp: a tmpfs of at most size bytes,
+// nosuid and nodev but executable (builds and test runners execute what
+// they put in /tmp), mode 1777, and returns how to take it off the host
+// once the runtime has bound it into the container. Its pages are charged
+// to the memory cgroup of whoever writes them: the sandbox.
+func Tmp(dir string, size int64) (func() error, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("/tmp: %w", err)
+	}
+	release := func() error {
+		err := anonmount.Detach(dir)
+		if rerr := os.Remove(dir); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+			err = fmt.Errorf("/tmp: %w", rerr)
+		}
+		return err
+	}
+	if err := unix.Mount(anonmount.Source, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("mode=1777,size=%d", size)); err != nil {
+		release()
+		return nil, fmt.Errorf("mounting /tmp at %s: %w", dir, err)
+	}
+	return release, nil
 }

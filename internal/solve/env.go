@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/apitypes"
+	"github.com/agentbox/agentbox/internal/fileapi"
 	"github.com/agentbox/agentbox/internal/manager"
 )
 
@@ -96,3 +97,63 @@ func (e WorkspaceEnv) Exec(ctx context.Context, cmd string, timeout time.Duratio
 	}
 	return e.M.ExecBuffered(ctx, e.WS, req, nil)
 }
+
+// ReadLines reads lines of a file through the file API, which refuses
+// what is not a regular file inside the workspace.
+func (e WorkspaceEnv) ReadLines(ctx context.Context, p string, first, last, max int) (string, error) {
+	fs, release, err := e.M.Files(ctx, e.WS, false)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	w := &capWriter{max: max}
+	if _, err := fs.ReadRange(ctx, p, fileapi.Range{FirstLine: first, LastLine: last}, w); err != nil {
+		return "", err
+	}
+	return w.buf.String(), nil
+}
+
+// Grep searches the workspace through the file API (no symlink followed,
+// .git skipped).
+func (e WorkspaceEnv) Grep(ctx context.Context, pattern, p string, max int) ([]GrepLine, error) {
+	fs, release, err := e.M.Files(ctx, e.WS, false)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	res, err := fs.Grep(ctx, apitypes.GrepRequest{Pattern: pattern, Path: p, MaxMatches: max})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]GrepLine, 0, len(res.Matches))
+	for _, m := range res.Matches {
+		out = append(out, GrepLine{Path: m.Path, Line: m.Line, Text: m.Text})
+	}
+	return out, nil
+}
+
+// List lists the workspace's files under dir matching glob, .git left out.
+func (e WorkspaceEnv) List(ctx context.Context, dir, glob string, max int) ([]string, error) {
+	fs, release, err := e.M.Files(ctx, e.WS, false)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if glob == "" {
+		glob = "*"
+	}
+	res, err := fs.Find(ctx, apitypes.FindRequest{Pattern: glob, Path: dir, Type: "file", MaxResults: max})
+	if err != nil {
+		return nil, fmt.Errorf("listing workspace %s: %w", e.WS, err)
+	}
+	out := make([]string, 0, len(res.Matches))
+	for _, f := range res.Matches {
+		if f.Path == ".git" || strings.HasPrefix(f.Path, ".git/") {
+			continue
+		}
+		out = append(out, f.Path)
+	}
+	return out, nil
+}
+
+var _ Browser = WorkspaceEnv{}

@@ -38,6 +38,10 @@ type Config struct {
 	Now func() time.Time
 	// Observe, if set, is told the category of each new failure.
 	Observe func(category string)
+	// CoderTurns bounds the model calls of one coder step when the Env
+	// lets the coder read (a Browser); DefaultCoderTurns if 0. Each
+	// call counts against the step and token budgets.
+	CoderTurns int
 }
 
 // Record is one durable step of a loop.
@@ -86,9 +90,11 @@ type loop struct {
 	usage Usage
 	steps int
 	turns map[Role]int
-	fails map[string]int
-	sigs  map[string]int
-	edits map[string]int
+	// coderCalls counts the coder's model calls: its requests' turns.
+	coderCalls int
+	fails      map[string]int
+	sigs       map[string]int
+	edits      map[string]int
 }
 
 // Run runs the loop of one attempt to its stop, which it records last.
@@ -155,7 +161,11 @@ func (l *loop) run(ctx context.Context) (string, string) {
 		var patch Patch
 		turn := l.turns[Coder]
 		if reason, detail, ok := l.step(ctx, Coder, KindPatch, &patch, func() (any, Usage, error) {
-			in := CodeInput{Task: l.cfg.Task, Plan: plan, Files: map[string]string{}, Last: last, Diagnosis: diag}
+			in := CodeInput{Task: l.cfg.Task, Plan: plan, Files: map[string]string{}, Last: last, Diagnosis: diag,
+				MaxTurns: l.cfg.CoderTurns, Redactor: l.cfg.Redactor, Over: l.over}
+			if b, ok := l.env.(Browser); ok {
+				in.Browse = b
+			}
 			total := 0
 			for _, f := range plan.Files {
 				if checkPath(f) != nil || total > maxFilesText {
@@ -167,11 +177,16 @@ func (l *loop) run(ctx context.Context) (string, string) {
 					total += len(text)
 				}
 			}
-			return WritePatch(ctx, l.cfg.Providers[Coder], l.cfg.Models[Coder], in, turn)
+			return WritePatch(ctx, l.cfg.Providers[Coder], l.cfg.Models[Coder], in, l.coderCalls)
 		}); !ok {
 			return reason, detail
 		}
 		l.turns[Coder] = turn + 1
+		// A coder step that read first made several model calls: each
+		// is a step of the budget, and the next step's turns follow.
+		calls := max(patch.Turns, 1)
+		l.coderCalls += calls
+		l.steps += calls - 1
 		sig := patch.Signature()
 		if l.edits[sig]++; l.edits[sig] >= Repeats {
 			return "circuit breaker: the same edit " + fmt.Sprint(Repeats) + " times", "edit " + sig
@@ -258,6 +273,9 @@ func (l *loop) step(ctx context.Context, role Role, kind string, v any, do func(
 			r, d := l.ctxReason(ctx)
 			return r, d, false
 		}
+		if le := (*LimitError)(nil); errors.As(err, &le) {
+			return le.Reason, "", false
+		}
 		return "error: " + err.Error(), "", false
 	}
 	if kind == KindExecution && l.cfg.Observe != nil {
@@ -309,6 +327,16 @@ func (l *loop) record(ctx context.Context, role Role, kind string, msg any, u Us
 	l.recs = append(l.recs, r)
 	l.pos = len(l.recs)
 	return nil
+}
+
+// over is the budget check between the model calls of one coder step:
+// the step's usage and calls so far count as if recorded.
+func (l *loop) over(used Usage, calls int) string {
+	usage, steps := l.usage, l.steps
+	l.usage, l.steps = l.usage.Add(used), l.steps+calls
+	r := l.limit()
+	l.usage, l.steps = usage, steps
+	return r
 }
 
 // limit names the budget that is spent, "" if none.

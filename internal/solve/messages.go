@@ -56,6 +56,9 @@ type Patch struct {
 	Dependencies []string `json:"dependencies,omitempty"`
 	// Note is what the coder said alongside, if anything.
 	Note string `json:"note,omitempty"`
+	// Turns is how many model calls the coder made for it: its reads,
+	// then the reply with the edits.
+	Turns int `json:"turns,omitempty"`
 }
 
 // Signature identifies a patch by its edits, so that the breaker sees the

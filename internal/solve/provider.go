@@ -27,10 +27,23 @@ type Request struct {
 	Tools    []Tool    `json:"tools"`
 }
 
-// Message is a user or assistant message of a request.
+// Message is a user or assistant message of a request, or (role "tool")
+// the results of the tool calls of the assistant message before it.
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+	// Calls are an assistant message's tool calls.
+	Calls []ToolCall `json:"calls,omitempty"`
+	// Results answer Calls of the message before, one each.
+	Results []ToolResult `json:"results,omitempty"`
+}
+
+// ToolResult is what agentbox answers a tool call with.
+type ToolResult struct {
+	CallID  string `json:"call_id"`
+	Name    string `json:"name"`
+	Content string `json:"content"`
+	IsError bool   `json:"is_error,omitempty"`
 }
 
 // Tool is a function the model may call, its parameters a JSON Schema.

@@ -96,16 +96,29 @@ type CodeInput struct {
 	// debugger's reading of it, nil on the first.
 	Last      *ExecutionResult
 	Diagnosis *Diagnosis
+	// Browse, if set, gives the coder its reading tools (read_file,
+	// grep, list_files) for up to MaxTurns model calls
+	// (DefaultCoderTurns if 0), the last of which must edit.
+	Browse   Browser
+	MaxTurns int
+	// Redactor cleans what the reading tools return.
+	Redactor Redactor
+	// Over, if set, is asked before each model call after the first,
+	// with the usage and the calls of the step so far; a budget's
+	// message ends the step with a LimitError.
+	Over func(used Usage, calls int) string
 }
 
 // WritePatch is the coder: the task, plan, files and last failure in, a
-// patch of file-tool edits out.
+// patch of file-tool edits out. With in.Browse it may first read the
+// workspace over several model calls (turn, turn+1, …); the patch's Turns
+// says how many it made.
 func WritePatch(ctx context.Context, p Provider, model string, in CodeInput, turn int) (Patch, Usage, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Task:\n%s\n\nPlan:\n%s\n", in.Task, in.Plan.Approach)
 	for _, f := range in.Plan.Files {
 		if text, ok := in.Files[f]; ok {
-			fmt.Fprintf(&b, "\n--- %s\n%s\n", f, text)
+			fmt.Fprintf(&b, "\n--- %s (workspace content)\n%s\n", f, Fence(text))
 		}
 	}
 	if in.Last != nil {
@@ -114,48 +127,87 @@ func WritePatch(ctx context.Context, p Provider, model string, in CodeInput, tur
 	if in.Diagnosis != nil {
 		fmt.Fprintf(&b, "\nDiagnosis of that failure:\nHypothesis: %s\nFix: %s\n", in.Diagnosis.Hypothesis, in.Diagnosis.Fix)
 	}
-	req := Request{Role: Coder, Model: model, Turn: turn, System: codePrompt, Tools: []Tool{editTool, writeTool, dependencyTool},
-		Messages: []Message{{Role: "user", Content: b.String()}}}
-	resp, err := p.Complete(ctx, req)
-	if err != nil {
-		return Patch{}, Usage{}, fmt.Errorf("coder: %w", err)
+	system, tools := codePrompt, []Tool{editTool, writeTool, dependencyTool}
+	if in.Browse != nil {
+		system, tools = codeBrowsePrompt, append(tools, readTool, grepTool, listTool)
 	}
+	limit := in.MaxTurns
+	if limit <= 0 {
+		limit = DefaultCoderTurns
+	}
+	msgs := []Message{{Role: "user", Content: b.String()}}
+	var used Usage
+	room := maxToolText
+	for n := 0; ; n++ {
+		if n > 0 && in.Over != nil {
+			if r := in.Over(used, n); r != "" {
+				return Patch{Turns: n}, used, &LimitError{Reason: r}
+			}
+		}
+		req := Request{Role: Coder, Model: model, Turn: turn + n, System: system, Tools: tools, Messages: msgs}
+		resp, err := p.Complete(ctx, req)
+		used = used.Add(resp.Usage)
+		if err != nil {
+			return Patch{Turns: n + 1}, used, fmt.Errorf("coder: %w", err)
+		}
+		reading := in.Browse != nil && len(resp.Calls) > 0
+		for _, c := range resp.Calls {
+			reading = reading && isReadCall(c.Name)
+		}
+		if !reading {
+			patch, err := patchOf(resp, in.Browse != nil)
+			patch.Turns = n + 1
+			return patch, used, err
+		}
+		if n+1 >= limit {
+			return Patch{Turns: n + 1}, used, fmt.Errorf("coder: %d model calls and no edit: the coder's turn limit", limit)
+		}
+		msgs = append(msgs, Message{Role: "assistant", Content: resp.Text, Calls: resp.Calls},
+			Message{Role: "tool", Results: browse(ctx, in.Browse, in.Redactor, resp.Calls, &room)})
+	}
+}
+
+// patchOf reads the edits of the coder's reply; reading calls alongside
+// edits are left unanswered when browsing is on.
+func patchOf(resp Response, browsing bool) (Patch, error) {
 	patch := Patch{Note: resp.Text, Edits: []Edit{}}
 	for _, c := range resp.Calls {
 		var e Edit
-		switch c.Name {
-		case editTool.Name:
+		switch {
+		case c.Name == editTool.Name:
 			if err := json.Unmarshal(c.Args, &e); err != nil {
-				return Patch{}, resp.Usage, fmt.Errorf("coder: the model's edit_file arguments: %w", err)
+				return Patch{}, fmt.Errorf("coder: the model's edit_file arguments: %w", err)
 			}
 			if e.Old == "" {
-				return Patch{}, resp.Usage, fmt.Errorf("coder: an edit_file call of %s has no old text", e.Path)
+				return Patch{}, fmt.Errorf("coder: an edit_file call of %s has no old text", e.Path)
 			}
-		case dependencyTool.Name:
+		case c.Name == dependencyTool.Name:
 			spec, err := dependencySpec(c.Args)
 			if err != nil {
-				return Patch{}, resp.Usage, fmt.Errorf("coder: %w", err)
+				return Patch{}, fmt.Errorf("coder: %w", err)
 			}
 			patch.Dependencies = append(patch.Dependencies, spec)
 			continue
-		case writeTool.Name:
+		case c.Name == writeTool.Name:
 			var w struct{ Path, Content string }
 			if err := json.Unmarshal(c.Args, &w); err != nil {
-				return Patch{}, resp.Usage, fmt.Errorf("coder: the model's write_file arguments: %w", err)
+				return Patch{}, fmt.Errorf("coder: the model's write_file arguments: %w", err)
 			}
 			e = Edit{Path: w.Path, New: w.Content}
+		case browsing && isReadCall(c.Name):
+			continue
 		default:
-			return Patch{}, resp.Usage, fmt.Errorf("coder: the model called %q, which is not a coder tool", c.Name)
+			return Patch{}, fmt.Errorf("coder: the model called %q, which is not a coder tool", c.Name)
 		}
 		if err := checkPath(e.Path); err != nil {
-			return Patch{}, resp.Usage, fmt.Errorf("coder: %w", err)
+			return Patch{}, fmt.Errorf("coder: %w", err)
 		}
 		patch.Edits = append(patch.Edits, e)
 	}
 	if len(patch.Edits) == 0 && len(patch.Dependencies) == 0 {
-		return Patch{}, resp.Usage, errors.New("coder: the model made no edit")
+		return Patch{}, errNoEdit
 	}
-	return patch, resp.Usage, nil
+	return patch, nil
 }
 
 // checkPath refuses what is not a plain relative path (the file API

@@ -17,7 +17,9 @@ import (
 //	planner:
 //	  - calls: [{name: submit_plan, args: {files: [calc.py], approach: "..."}}]
 //	coder:
-//	  - calls: [{name: edit_file, args: {path: calc.py, old: "a - b", new: "a + b"}}]
+//	  - calls: [{name: grep, args: {pattern: "def add"}}]  # reads first (read_file, grep, list_files)
+//	  - expect: ["calc.py:1:"]                             # the next turn sees what it read
+//	    calls: [{name: edit_file, args: {path: calc.py, old: "a - b", new: "a + b"}}]
 //	  - expect: ["off by one"]   # the request must hold this (the diagnosis)
 //	    calls: [...]
 //	debugger:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/hostbind"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -98,8 +99,8 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 			PidsLimit:  &pids,
 		},
 	}
-	for _, f := range etcFiles {
-		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(etc, f.name), Target: f.target, ReadOnly: true, BindOptions: private})
+	for _, f := range hostbind.EtcFiles {
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(etc, f.Name), Target: f.Target, ReadOnly: true, BindOptions: private})
 	}
 	if mask != "" {
 		for _, dev := range gvisorExtraDevices {
@@ -115,15 +116,6 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 // guestCaps are what a guest with a user of its own starts with: three it
 // keeps, CAP_SETPCAP to empty its bounding set before it drops that too.
 var guestCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
-
-// etcFiles are the files the backend binds over the engine's own /etc
-// files (see etcDir): their names in the tmpfs, and where the container
-// sees them.
-var etcFiles = []struct{ name, target string }{
-	{"hostname", "/etc/hostname"},
-	{"hosts", "/etc/hosts"},
-	{"resolv.conf", "/etc/resolv.conf"},
-}
 
 // gvisorExtraDevices are nodes that runsc puts in every sandbox's /dev
 // beyond the minimal set runc makes. The gvisor backend binds an

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
+	"github.com/agentbox/agentbox/internal/hostbind"
 	"github.com/agentbox/agentbox/internal/mountinfo"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/sandbox/backendtest"
@@ -328,7 +329,7 @@ func TestIsolationSettings(t *testing.T) {
 						err == nil && isMask(fi), m)
 				}
 			}
-			want := 3 + len(etcFiles)
+			want := 3 + len(hostbind.EtcFiles)
 			if b.runtime == RuntimeRunsc {
 				want += len(gvisorExtraDevices)
 			}

@@ -17,9 +17,9 @@
 // seccomp profile, requests and limits from the sandbox's limits, and the
 // RuntimeClass of Options.RuntimeClass (gVisor, for example).
 //
-// A pod cannot be stopped and kept: Stop deletes it gracefully, Remove at
-// once, and both wait until the kubelet reports it gone, so that nothing
-// of a sandbox runs after either returns.
+// Stop ends a pod's processes and keeps the pod (through its active
+// deadline); Remove deletes it at once and waits until the kubelet reports
+// it gone, so that nothing of a sandbox runs after either returns.
 package kubernetes
 
 import (
@@ -40,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -83,10 +84,11 @@ type Options struct {
 	// MountDir holds the nosuid,nodev binds of workspaces that are not on
 	// such a mount already (see package hostbind); one per daemon.
 	MountDir string
-	// RequirePids fails a create whose pids limit cannot be written into
-	// the pod's cgroup on this node (see limitPids); otherwise the
-	// kubelet's podPidsLimit is all that holds.
-	RequirePids bool
+	// RequireNode fails a create whose node-local settings cannot be
+	// applied on this node (the pids limit, the termination log; see
+	// node_linux.go); otherwise they are logged and the kubelet's
+	// podPidsLimit is all that limits processes.
+	RequireNode bool
 	// StartTimeout bounds how long Create waits for the pod to run
 	// (default 2m: an image being unpacked on a busy node).
 	StartTimeout time.Duration
@@ -101,7 +103,7 @@ type Backend struct {
 	node         string
 	runtimeClass string
 	mountDir     string
-	requirePids  bool
+	requireNode  bool
 	stopTimeout  time.Duration
 	startTimeout time.Duration
 	log          *slog.Logger
@@ -143,7 +145,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
-	b := &Backend{c: c, ns: o.Namespace, node: o.Node, runtimeClass: o.RuntimeClass, mountDir: o.MountDir, requirePids: o.RequirePids,
+	b := &Backend{c: c, ns: o.Namespace, node: o.Node, runtimeClass: o.RuntimeClass, mountDir: o.MountDir, requireNode: o.RequireNode,
 		stopTimeout: o.StopTimeout, startTimeout: o.StartTimeout, log: o.Logger.With("backend", Name)}
 	if err := b.prepare(ctx); err != nil {
 		return nil, err
@@ -186,6 +188,9 @@ func (b *Backend) Namespace() string { return b.ns }
 // bindPath is the directory of the workspace binds of sandbox id.
 func (b *Backend) bindPath(id string) string { return filepath.Join(b.mountDir, id) }
 
+// podHostname is sandbox id's host name: a DNS label, so no underscore.
+func podHostname(id string) string { return strings.ReplaceAll(id, "_", "-") }
+
 // podName is sandbox id's pod: a DNS label, so no underscore.
 func podName(id string) string { return "agentbox-" + strings.ReplaceAll(id, "_", "-") }
 
@@ -209,7 +214,22 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 			}
 		}
 	}()
-	pod := b.pod(req, spec, files)
+	// /tmp and the /etc files come from tmpfs mounts of the backend's
+	// own (see package hostbind): an emptyDir is neither nosuid nor
+	// nodev, and the runtime's /etc files name host paths. Both leave the
+	// host once the container has started with its copies.
+	tmpDir, etcDir := filepath.Join(b.bindPath(req.ID), "tmp"), filepath.Join(b.bindPath(req.ID), "etc")
+	releaseTmp, err := hostbind.Tmp(tmpDir, spec.Limits.TmpBytes)
+	if err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
+	}
+	defer releaseTmp()
+	releaseEtc, err := hostbind.Etc(etcDir, podHostname(req.ID))
+	if err != nil {
+		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
+	}
+	defer releaseEtc()
+	pod := b.pod(req, spec, files, tmpDir, etcDir)
 	created, err := b.c.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -231,13 +251,63 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 	if err != nil {
 		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, err)
 	}
-	if err := limitPids(string(running.UID), spec.Limits.Pids); err != nil {
-		if b.requirePids {
+	if err := b.onNode(running, spec.Limits.Pids); err != nil {
+		if b.requireNode {
 			return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, err)
 		}
-		b.log.Warn("the sandbox's pids limit is the kubelet's podPidsLimit", "sandbox_id", req.ID, "err", err)
+		b.log.Warn("node-local settings of a sandbox pod not applied: its pids limit is the kubelet's podPidsLimit and /dev/termination-log stays writable", "sandbox_id", req.ID, "err", err)
 	}
 	return b.info(running), nil
+}
+
+// onNode does on the pod's node what the pod spec cannot say (see
+// node_linux.go): the sandbox's own pids limit, and no writable host file
+// at /dev/termination-log. Under a RuntimeClass the container's processes
+// are the runtime's (gVisor's sentry), whose mount namespace is not the
+// sandbox's, so only the limit is set.
+func (b *Backend) onNode(p *corev1.Pod, pids int64) error {
+	if err := limitPids(string(p.UID), pids); err != nil {
+		return err
+	}
+	if b.runtimeClass != "" {
+		return nil
+	}
+	id, err := containerID(p)
+	if err != nil {
+		return err
+	}
+	procs, err := containerPids(string(p.UID), id)
+	if err != nil {
+		return err
+	}
+	if len(procs) == 0 {
+		return fmt.Errorf("container %s has no process", id)
+	}
+	return dropTerminationLog(procs[0])
+}
+
+// containerID is the runtime's id of the sandbox's container in pod p.
+func containerID(p *corev1.Pod) (string, error) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if _, id, ok := strings.Cut(cs.ContainerID, "://"); ok && id != "" {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s reports no container id", p.Name)
+}
+
+// Pids are the host pids of pod ref's sandbox container (the guest and
+// every command), read from its cgroup on this node.
+func (b *Backend) Pids(ctx context.Context, ref string) ([]int, error) {
+	p, err := b.c.CoreV1().Pods(b.ns).Get(ctx, ref, metav1.GetOptions{})
+	if err != nil {
+		return nil, apiErr(err)
+	}
+	id, err := containerID(p)
+	if err != nil {
+		return nil, err
+	}
+	return containerPids(string(p.UID), id)
 }
 
 // validate checks what Create needs before anything is made.
@@ -283,7 +353,7 @@ func (b *Backend) validate(req sandbox.CreateRequest, spec sandbox.Spec) error {
 }
 
 // pod is the pod of one sandbox.
-func (b *Backend) pod(req sandbox.CreateRequest, spec sandbox.Spec, files string) *corev1.Pod {
+func (b *Backend) pod(req sandbox.CreateRequest, spec sandbox.Spec, files, tmpDir, etcDir string) *corev1.Pod {
 	l := spec.Limits
 	no, yes := false, true
 	grace := int64(b.stopTimeout.Seconds() + 0.999)
@@ -309,7 +379,6 @@ func (b *Backend) pod(req sandbox.CreateRequest, spec sandbox.Spec, files string
 	// the limits would let a 2-core node hold two sandboxes.
 	cpuReq := resource.NewMilliQuantity(max(int64(l.CPUs*100), 10), resource.DecimalSI)
 	memReq := resource.NewQuantity(l.MemoryBytes/4, resource.BinarySI)
-	tmp := resource.NewQuantity(l.TmpBytes, resource.BinarySI)
 	file, dir := corev1.HostPathFile, corev1.HostPathDirectory
 	lbl := map[string]string{
 		sandbox.LabelManaged:   "1",
@@ -327,11 +396,13 @@ func (b *Backend) pod(req sandbox.CreateRequest, spec sandbox.Spec, files string
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			AutomountServiceAccountToken:  &no,
 			EnableServiceLinks:            &no,
-			Hostname:                      strings.ReplaceAll(req.ID, "_", "-"),
+			Hostname:                      podHostname(req.ID),
 			TerminationGracePeriodSeconds: &grace,
-			// No DNS: the sandbox has no network to ask on.
+			// No DNS: the sandbox has no network to ask on. The API
+			// requires a nameserver with policy None: loopback, where
+			// nothing answers.
 			DNSPolicy: corev1.DNSNone,
-			DNSConfig: &corev1.PodDNSConfig{},
+			DNSConfig: &corev1.PodDNSConfig{Nameservers: []string{"127.0.0.1"}},
 			SecurityContext: &corev1.PodSecurityContext{
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
@@ -369,10 +440,15 @@ func (b *Backend) pod(req sandbox.CreateRequest, spec sandbox.Spec, files string
 				{Name: "guest", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: req.Guest, Type: &file}}},
 				{Name: "run", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: req.RunDir, Type: &dir}}},
 				{Name: "workspace", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: files, Type: &dir}}},
-				// A tmpfs charged to the pod's memory, like docker's /tmp.
-				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmp}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: tmpDir, Type: &dir}}},
 			},
 		},
+	}
+	c := &p.Spec.Containers[0]
+	for i, f := range hostbind.EtcFiles {
+		name := fmt.Sprintf("etc%d", i)
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(etcDir, f.Name), Type: &file}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: f.Target, ReadOnly: true})
 	}
 	if b.runtimeClass != "" {
 		p.Spec.RuntimeClassName = &b.runtimeClass
@@ -463,7 +539,7 @@ func started(pod *corev1.Pod) (bool, error) {
 		case cs.State.Waiting != nil && waitingFatal[cs.State.Waiting.Reason]:
 			err := fmt.Errorf("%s: %s", cs.State.Waiting.Reason, cs.State.Waiting.Message)
 			if strings.Contains(cs.State.Waiting.Reason, "Image") {
-				return false, fmt.Errorf("image %s is not on node %s (nothing is pulled; import it into the node's container runtime): %w: %w", pod.Spec.Containers[0].Image, pod.Spec.NodeName, err, errdefs.ErrNotFound)
+				return false, fmt.Errorf("image %s is not on node %s (nothing is pulled; import it into the node's container runtime): %w: %w", pod.Spec.Containers[0].Image, pod.Spec.NodeName, err, errdefs.ErrInvalid)
 			}
 			return false, err
 		}
@@ -533,13 +609,86 @@ func (b *Backend) List(ctx context.Context, want map[string]string) ([]sandbox.I
 	return out, nil
 }
 
-// Stop deletes pod ref with its grace period and waits until it is gone:
-// a pod cannot be stopped and kept.
+// Stop ends every process of pod ref and keeps the pod: it sets the pod's
+// active deadline to one second after its start, so the kubelet kills its
+// containers (with the grace period) and marks it Failed, and waits for
+// that. Stopping a pod that has ended, or is gone, is not an error.
 func (b *Backend) Stop(ctx context.Context, ref string) error {
-	if err := b.delete(ctx, ref, int64(b.stopTimeout.Seconds()+0.999)); err != nil {
+	if err := b.stop(ctx, ref); err != nil {
 		return fmt.Errorf("stopping sandbox pod %s: %w", ref, err)
 	}
 	return nil
+}
+
+func (b *Backend) stop(ctx context.Context, name string) error {
+	if name == "" || strings.ContainsAny(name, "/ ") {
+		return errdefs.Invalid("pod reference %q", name)
+	}
+	pods := b.c.CoreV1().Pods(b.ns)
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return apiErr(err)
+	}
+	if p.Labels[sandbox.LabelManaged] != "1" || p.Labels[LabelBackend] != Name {
+		return fmt.Errorf("not an agentbox pod: %w", errdefs.ErrNotFound)
+	}
+	if ended(p) {
+		return nil
+	}
+	patch := []byte(`{"spec":{"activeDeadlineSeconds":1}}`)
+	if p, err = pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return apiErr(err)
+	}
+	for !ended(p) {
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: p.ResourceVersion})
+		if err != nil {
+			return apiErr(err)
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Deleted {
+				w.Stop()
+				return nil
+			}
+			if q, ok := ev.Object.(*corev1.Pod); ok {
+				p = q
+				if ended(p) {
+					break
+				}
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if p, err = pods.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return apiErr(err)
+		}
+	}
+	return nil
+}
+
+// ended reports whether every process of pod p has ended.
+func ended(p *corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+		return true
+	}
+	if len(p.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // Remove deletes pod ref at once and waits until it is gone. A pod that is

@@ -48,7 +48,7 @@ func newBackend(t *testing.T, runtimeClass string) *Backend {
 	kubeconfig := testutil.KubeCluster(t)
 	mountDir := filepath.Join(t.TempDir(), "binds")
 	ns := "abtest-" + strings.ToLower(strings.ReplaceAll(fmt.Sprintf("%x", time.Now().UnixNano()), "_", ""))
-	b, err := New(t.Context(), Options{Kubeconfig: kubeconfig, Namespace: ns, RequirePids: true, MountDir: mountDir, RuntimeClass: runtimeClass, StopTimeout: 2 * time.Second})
+	b, err := New(t.Context(), Options{Kubeconfig: kubeconfig, Namespace: ns, RequireNode: true, MountDir: mountDir, RuntimeClass: runtimeClass, StopTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,24 @@ func (p *Anthropic) Complete(ctx context.Context, req solve.Request) (solve.Resp
 	for _, m := range req.Messages {
 		switch m.Role {
 		case "assistant":
-			params.Messages = append(params.Messages, anthropic.NewAssistantMessage(anthropic.NewTextBlock(m.Content)))
+			// An assistant turn with tool calls carries them as
+			// tool_use blocks, after its text if it had any.
+			var blocks []anthropic.ContentBlockParamUnion
+			if m.Content != "" || len(m.Calls) == 0 {
+				blocks = append(blocks, anthropic.NewTextBlock(m.Content))
+			}
+			for _, c := range m.Calls {
+				blocks = append(blocks, anthropic.NewToolUseBlock(c.ID, json.RawMessage(c.Args), c.Name))
+			}
+			params.Messages = append(params.Messages, anthropic.NewAssistantMessage(blocks...))
+		case "tool":
+			// The results answer the calls in a user turn of
+			// tool_result blocks.
+			var blocks []anthropic.ContentBlockParamUnion
+			for _, r := range m.Results {
+				blocks = append(blocks, anthropic.NewToolResultBlock(r.CallID, r.Content, r.IsError))
+			}
+			params.Messages = append(params.Messages, anthropic.NewUserMessage(blocks...))
 		default:
 			params.Messages = append(params.Messages, anthropic.NewUserMessage(anthropic.NewTextBlock(m.Content)))
 		}

@@ -36,9 +36,24 @@ func (p *OpenAI) Complete(ctx context.Context, req solve.Request) (solve.Respons
 		params.Messages = append(params.Messages, openai.SystemMessage(req.System))
 	}
 	for _, m := range req.Messages {
-		switch m.Role {
-		case "assistant":
+		switch {
+		case m.Role == "assistant" && len(m.Calls) > 0:
+			a := openai.ChatCompletionAssistantMessageParam{}
+			if m.Content != "" {
+				a.Content.OfString = openai.String(m.Content)
+			}
+			for _, c := range m.Calls {
+				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID: c.ID, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: string(c.Args)}}})
+			}
+			params.Messages = append(params.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		case m.Role == "assistant":
 			params.Messages = append(params.Messages, openai.AssistantMessage(m.Content))
+		case m.Role == "tool":
+			// One tool message per call answered.
+			for _, r := range m.Results {
+				params.Messages = append(params.Messages, openai.ToolMessage(r.Content, r.CallID))
+			}
 		default:
 			params.Messages = append(params.Messages, openai.UserMessage(m.Content))
 		}
