@@ -178,9 +178,21 @@ func New(opts Options) (*Backend, error) {
 		}
 	}
 	sp, err := newSpawner(home, func() error { return enterSmallNamespace(opts.StageDir, opts.CgroupRoot, bwrap) })
+	if err == nil {
+		err = sp.check(bwrap)
+		if err != nil {
+			sp.close()
+		}
+	}
 	if err != nil {
-		unmountStage(opts.StageDir)
-		return fail("%w", err)
+		// A bubblewrap whose libraries live elsewhere (a Nix store), or a
+		// host that refuses the pivot: start it from the daemon's own
+		// namespace, as fast as the host's mount table allows.
+		opts.Logger.Warn("local backend: starting bubblewrap from the daemon's mount namespace", logBackend, Name, "error", err)
+		if sp, err = newSpawner(home, nil); err != nil {
+			unmountStage(opts.StageDir)
+			return fail("%w", err)
+		}
 	}
 	b := &Backend{
 		opts:     opts,

@@ -2,6 +2,8 @@ package local
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,6 +56,55 @@ func TestSpawnerNamespace(t *testing.T) {
 	}
 
 	// A sandbox still starts, and its stage binds reached the spawner.
+	x := startBox(t, b, sandbox.Spec{})
+	if got := x.mustSh(t, "echo ok"); strings.TrimSpace(got) != "ok" {
+		t.Errorf("command in a sandbox: %q", got)
+	}
+}
+
+// TestSpawnerNamespaceFallback checks that a bubblewrap which cannot start
+// from the small namespace (here a wrapper that needs a file beside it,
+// which that namespace does not hold) is started from the daemon's own.
+func TestSpawnerNamespaceFallback(t *testing.T) {
+	t.Parallel()
+	requireJails(t)
+	// bubblewrap runs as the sandbox user: every directory on the way
+	// must let it through.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "env.sh"), []byte("BWRAP="+real+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(dir, "bwrap")
+	script := "#!/bin/sh\n. \"$(dirname \"$0\")/env.sh\" || exit 1\nexec \"$BWRAP\" \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := newBackendWith(t, Options{
+		StateDir:     filepath.Join(t.TempDir(), "state"),
+		ImagesDir:    imagesDir,
+		CgroupParent: "agentbox-test-" + randHex(4),
+		Bwrap:        wrapper,
+	})
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(b.sp.tid) + "/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(mine), "\n") < strings.Count(string(host), "\n")/2 {
+		t.Errorf("the spawner stayed in a small namespace that cannot start %s", wrapper)
+	}
 	x := startBox(t, b, sandbox.Spec{})
 	if got := x.mustSh(t, "echo ok"); strings.TrimSpace(got) != "ok" {
 		t.Errorf("command in a sandbox: %q", got)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -146,6 +147,21 @@ func (s *spawner) start(cmd *exec.Cmd, into []string) error {
 		return errClosed
 	}
 	return <-r.res
+}
+
+// check runs bwrap --version from the spawner thread: its namespace must
+// hold everything bubblewrap needs to start.
+func (s *spawner) check(bwrap string) error {
+	var out strings.Builder
+	cmd := exec.Command(bwrap, "--version")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := s.start(cmd, nil); err != nil {
+		return fmt.Errorf("starting %s from the spawner thread: %w", bwrap, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%s --version from the spawner thread: %w: %s", bwrap, err, strings.TrimSpace(out.String()))
+	}
+	return nil
 }
 
 // close ends the spawner thread, and with it every bubblewrap it started.
