@@ -162,17 +162,32 @@ EOF
 	if [[ ! -x $STATE/cni-bin/nonet || $HERE/k8s/nonet/main.go -nt $STATE/cni-bin/nonet ]]; then
 		(cd "$HERE/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$STATE/cni-bin/nonet" ./nonet)
 	fi
-	# The runsc handler: the runc shim runs runsc as its OCI runtime, through a
-	# wrapper that adds the flags this machine's gVisor needs (as dockerd's
-	# registration does).
-	local runsc
+	# The runsc handler: gVisor's own containerd shim, which runs a pod's containers in one
+	# sandbox, with the flags this machine's gVisor needs (as dockerd's registration has
+	# them), when a shim built at the version of the runsc registered with dockerd is in the
+	# cache (`GOBIN=DIR CGO_ENABLED=0 go install gvisor.dev/gvisor/shim@VERSION`, renamed
+	# containerd-shim-runsc-v1). Not built by setup-k8s.sh: the shim sets its own
+	# oom_score_adj to -999, which root cannot here (it lacks CAP_SYS_RESOURCE: the machine is
+	# itself a sandbox), so it fails to start on this machine. The runc shim running runsc as
+	# its runtime does not work either: a pod's containers must share one gVisor sandbox.
+	local runsc shim=""
 	runsc=$(jq -r '.runtimes.runsc.path // empty' /etc/docker/daemon.json 2>/dev/null || true)
+	rm -f "$STATE/runsc"
+	mkdir -p "$STATE/bin"
 	if [[ -n $runsc && -x $runsc ]]; then
-		cat >"$STATE/runsc" <<EOF
-#!/bin/sh
-exec $runsc --network=none --host-uds=open --platform=systrap "\$@"
+		shim=${AGENTBOX_CACHE:-/var/cache/agentbox}/k8s/gvisor-shim/$(basename "$(dirname "$runsc")")/containerd-shim-runsc-v1
+	fi
+	if [[ -n $shim && -x $shim ]]; then
+		ln -sf "$shim" "$STATE/bin/containerd-shim-runsc-v1"
+		cat >"$STATE/runsc.toml" <<EOF
+binary_name = "$runsc"
+root = "${RUN}/runsc"
+[runsc_config]
+  network = "none"
+  host-uds = "open"
+  platform = "systrap"
 EOF
-		chmod 0755 "$STATE/runsc"
+		touch "$STATE/runsc"
 	fi
 	cat >"$STATE/containerd/config.toml" <<EOF
 version = 2
@@ -201,10 +216,10 @@ disabled_plugins = ["io.containerd.grpc.v1.cri.v1alpha2"]
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         Root = "${RUN}/runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
-      runtime_type = "io.containerd.runc.v2"
+      runtime_type = "io.containerd.runsc.v1"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
-        BinaryName = "${STATE}/runsc"
-        Root = "${RUN}/runsc"
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "${STATE}/runsc.toml"
 EOF
 	cat >"$STATE/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -289,9 +304,11 @@ up() {
 		--listen-client-urls "http://127.0.0.1:${ETCD_PORT}" --advertise-client-urls "http://127.0.0.1:${ETCD_PORT}" \
 		--listen-peer-urls http://127.0.0.1:23792 --initial-advertise-peer-urls http://127.0.0.1:23792 \
 		--initial-cluster agentbox=http://127.0.0.1:23792
-	start containerd containerd --config "$STATE/containerd/config.toml"
+	PATH="$STATE/bin:$PATH" start containerd containerd --config "$STATE/containerd/config.toml"
 	wait_for containerd 30 ctr --address "$CTRD_SOCK" version
 	import_images
+	# --allow-privileged as kubeadm has it: agentbox's own DaemonSet (deploy/kubernetes) is
+	# privileged; its sandbox pods never are.
 	start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:${ETCD_PORT}" \
 		--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
 		--tls-cert-file "$STATE/pki/apiserver.crt" --tls-private-key-file "$STATE/pki/apiserver.key" \
@@ -300,7 +317,7 @@ up() {
 		--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$STATE/pki/sa.pub" \
 		--service-account-signing-key-file "$STATE/pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
 		--kubelet-preferred-address-types InternalIP,Hostname \
-		--allow-privileged=false --profiling=false
+		--allow-privileged=true --profiling=false
 	wait_for kube-apiserver 90 kubectl get --raw /readyz
 	start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$STATE/admin.kubeconfig" \
 		--bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=false \
@@ -313,7 +330,7 @@ up() {
 		--hostname-override "$NODE" --node-ip 127.0.0.1
 	wait_for "the node ${NODE}" 120 sh -c "'$BIN/kubectl' --kubeconfig '$STATE/admin.kubeconfig' get node '$NODE' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 	wait_for "the default service account" 60 kubectl -n default get serviceaccount default
-	if [[ -x $STATE/runsc ]]; then
+	if [[ -f $STATE/runsc ]]; then
 		# gVisor for pods that name it (agentbox's kubernetes.runtime_class).
 		printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n' |
 			kubectl apply -f - >/dev/null

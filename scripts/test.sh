@@ -33,13 +33,17 @@ go vet ./...
 go vet -tags measure ./internal/bench ./internal/battery
 CGO_ENABLED=0 go build ./...
 # cmd/agentbox's end-to-end tests run the Go eval tasks on docker and
-# gvisor (about 5 minutes of go test in sandboxes): 30m per package.
-go test -count=1 -timeout 30m ./... "$@"
+# gvisor (about 5 minutes of go test in sandboxes): 30m per package. The
+# tests of several daemons sharing PostgreSQL run in its pass below.
+nodes_tests='TestLoadThreeNodes|TestKill9Node|TestKill9NodeUnshared'
+go test -count=1 -timeout 30m ./... -skip "^($nodes_tests)\$" "$@"
 # The daemon's core end-to-end tests again with every daemon on PostgreSQL
 # (a real PostgreSQL 15 started by the tests, a database per data dir); the
-# store's conformance suite and the PostgreSQL-only tests ran above.
-AGENTBOX_TEST_STORE=postgres go test -count=1 -timeout 10m ./cmd/agentbox \
-	-run '^(TestCLIEveryCommandJSON|TestKill9Durability|TestRemountAfterReboot|TestExecThroughTheCLI|TestGracefulShutdown.*|TestCLIGC|TestSecretsThroughTheCLI|TestReviewAndPush|TestObservabilityThroughTheCLI|TestSolveSurvivesKill9)$' "$@"
+# store's conformance suite and the PostgreSQL-only tests ran above. With
+# them, three daemons sharing one database: the load test spread over them,
+# and one killed with SIGKILL mid-load.
+AGENTBOX_TEST_STORE=postgres go test -count=1 -timeout 15m ./cmd/agentbox \
+	-run "^($nodes_tests|TestCLIEveryCommandJSON|TestKill9Durability|TestRemountAfterReboot|TestExecThroughTheCLI|TestGracefulShutdown.*|TestCLIGC|TestSecretsThroughTheCLI|TestReviewAndPush|TestObservabilityThroughTheCLI|TestSolveSurvivesKill9)\$" "$@"
 # The fuzz targets of what parses hostile input (paths from clients, the
 # guest's frames, policies, proxy targets, TLS ClientHellos), each for a
 # bounded number of inputs. Bounded by count, not time: Go 1.26's fuzzer

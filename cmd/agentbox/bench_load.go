@@ -47,6 +47,7 @@ func (c *cli) benchLoadCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&opts.Clients, "clients", bench.DefaultLoadClients, "concurrent clients")
+	fl.IntVar(&opts.Nodes, "nodes", 1, "daemons sharing --store (each on its own data dir), the clients spread over them round-robin")
 	fl.StringVar(&store, "store", "", "the daemon's store: an empty postgres:// database (default the SQLite file in its scratch data dir)")
 	fl.DurationVar(&opts.Duration, "duration", bench.DefaultLoadDuration, "how long clients start new cycles")
 	fl.StringVar(&image, "image", bench.DefaultImage, "image of the docker sandboxes (must be in the engine)")

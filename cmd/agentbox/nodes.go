@@ -32,10 +32,10 @@ func (c *cli) nodesCmd() *cobra.Command {
 
 func printNodes(w io.Writer, ns []client.Node, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tHOST\tPID\tHEARTBEAT\tADDR\tDATA DIR")
+	fmt.Fprintln(tw, "ID\tSTATE\tHOST\tPID\tHEARTBEAT\tWORKSPACES\tSANDBOXES\tADDR\tDATA DIR")
 	for _, n := range ns {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s ago\t%s\t%s\n", n.ID, n.State, n.Host, n.PID,
-			now.Sub(n.HeartbeatAt).Truncate(time.Second), n.Addr, n.DataDir)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s ago\t%d\t%d\t%s\t%s\n", n.ID, n.State, n.Host, n.PID,
+			now.Sub(n.HeartbeatAt).Truncate(time.Second), n.Workspaces, n.Sandboxes, n.Addr, n.DataDir)
 	}
 	tw.Flush()
 }

@@ -51,16 +51,23 @@ func TestPostgresStore(t *testing.T) {
 	if code != 0 || out != "hello from the repo\n" {
 		t.Fatalf("exec: exit %d %q %q", code, out, errOut)
 	}
-	// A second daemon, on its own data dir, on the same database.
+	// A second daemon, on its own data dir, on the same database, is a
+	// second node: it serves the first one's workspace by forwarding.
 	other := t.TempDir()
-	out, errOut, code = runCLI(t, other, "", "serve", "--data", other, "--store", url)
-	if code == 0 || !strings.Contains(out+errOut, "is used by another agentbox daemon (agentbox pid ") {
-		t.Errorf("a second daemon on the database: exit %d %s%s", code, out, errOut)
+	d2 := startDaemon(t, other, "--store", url)
+	var via bytes.Buffer
+	if _, err := d2.client(t).ReadFile(t.Context(), ws.ID, "made.txt", &via); err != nil || via.String() != "made\n" {
+		t.Errorf("made.txt through the second node: %q, %v", via.String(), err)
 	}
-	if strings.Contains(out+errOut, pw) {
-		t.Errorf("the refusal names the password: %s%s", out, errOut)
+	second := oneNode(t, other, d2)
+	d2.stop(t)
+	if strings.Contains(d2.logs.String(), pw) {
+		t.Errorf("the second daemon logged the password")
 	}
 	first := oneNode(t, data, d)
+	if first == second {
+		t.Errorf("both daemons are node %s", first)
+	}
 	d.stop(t)
 	if _, err := os.Stat(filepath.Join(data, "agentbox.db")); !os.IsNotExist(err) {
 		t.Errorf("the data dir has a SQLite database beside --store: %v", err)
@@ -220,7 +227,7 @@ func TestMigrateToPostgres(t *testing.T) {
 	}
 }
 
-// oneNode checks that agentbox nodes lists d alone, up, and returns its
+// oneNode checks that agentbox nodes lists d, up, on data, and returns its
 // node ID.
 func oneNode(t *testing.T, data string, d *daemonProc) string {
 	t.Helper()
@@ -229,10 +236,15 @@ func oneNode(t *testing.T, data string, d *daemonProc) string {
 		t.Fatalf("nodes: exit %d %s %s", code, out, errOut)
 	}
 	ns, _ := oneJSON(t, out)["nodes"].([]any)
-	if len(ns) != 1 {
-		t.Fatalf("nodes: %s", out)
+	var n map[string]any
+	for _, x := range ns {
+		if x.(map[string]any)["data_dir"] == data {
+			n = x.(map[string]any)
+		}
 	}
-	n := ns[0].(map[string]any)
+	if n == nil {
+		t.Fatalf("nodes: none on %s: %s", data, out)
+	}
 	if n["state"] != "up" || n["pid"] != float64(d.cmd.Process.Pid) || n["data_dir"] != data || !strings.HasPrefix(n["id"].(string), "node_") {
 		t.Errorf("nodes: %v, want daemon pid %d on %s up", n, d.cmd.Process.Pid, data)
 	}
@@ -284,8 +296,9 @@ func TestLoadPostgres(t *testing.T) {
 }
 
 // TestPostgresLockLost breaks a daemon's connection that holds its store
-// lock and takes the lock first, as a second daemon would: the daemon
-// stops, saying why, rather than share the store.
+// lock (shared with the other nodes) and takes the lock exclusively
+// first, as a migration would: the daemon stops, saying why, rather than
+// write into a store being migrated.
 func TestPostgresLockLost(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	data := t.TempDir()

@@ -44,6 +44,11 @@ type Options struct {
 	// Solver, if set, runs the agent loop behind /v1/solve; nil answers
 	// 503.
 	Solver Solver
+	// NodeKey, when set, is the key the nodes sharing the store sign
+	// forwarded requests with (see forward.go): requests about another
+	// node's objects are forwarded to it, and requests it forwards are
+	// taken. Empty: every request is served here.
+	NodeKey []byte
 }
 
 // Solver is the agent loop's runner (solve.Runner), owned by the daemon.
@@ -70,6 +75,8 @@ type Server struct {
 	// their own (event follows) end then.
 	closing     chan struct{}
 	closingOnce sync.Once
+	// fwd forwards requests to other nodes; nil: none.
+	fwd *forwarder
 }
 
 // New returns the API handler over m.
@@ -78,9 +85,11 @@ func New(m *manager.Manager, opts Options) *Server {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	if len(opts.NodeKey) > 0 && m.NodeID() != "" {
+		s.fwd = &forwarder{self: m.NodeID(), key: opts.NodeKey}
+	}
 	for _, r := range routes {
-		h := r.handler
-		s.mux.HandleFunc(r.method+" "+r.path, func(w http.ResponseWriter, req *http.Request) { h(s, w, withPathIDs(req)) })
+		s.mux.HandleFunc(r.method+" "+r.path, s.routed(r.method, r.path, r.handler))
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no API route %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
@@ -91,7 +100,14 @@ func New(m *manager.Manager, opts Options) *Server {
 // ServeHTTP authenticates, logs and dispatches a request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	if s.token != "" {
+	if r.Header.Get(hdrSig) != "" {
+		// Another node vouches for the caller (see forward.go).
+		if _, err := s.fwd.verify(r, time.Now()); err != nil {
+			writeError(w, fmt.Errorf("%v: %w", err, errdefs.ErrUnauthorized))
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), forwardedKey, true))
+	} else if s.token != "" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
 			writeError(w, fmt.Errorf("missing or wrong bearer token: %w", errdefs.ErrUnauthorized))
@@ -99,6 +115,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	reqID := ids.New("req")
+	if v := r.Header.Get("X-Request-Id"); forwarded(r) && ids.HasPrefix(v, "req") && len(v) <= 64 {
+		// One request, one ID, in the logs and events of both nodes.
+		reqID = v
+	}
 	w.Header().Set("X-Request-Id", reqID)
 	ctx, scope := logx.NewScope(r.Context(), slog.String(logx.KeyRequest, reqID))
 	rec := httpx.NewStatusRecorder(w)

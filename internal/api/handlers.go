@@ -3,6 +3,7 @@ package api
 import (
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -158,6 +159,14 @@ func (s *Server) removeRepo(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	if force && s.fwd != nil {
+		// The repo's workspaces on other nodes go first, each removed
+		// by its node; the manager removes this node's.
+		if err := s.removeElsewhere(r.Context(), repo.ID); err != nil {
+			writeError(w, fmt.Errorf("removing repo %s: %w", repo.ID, err))
+			return
+		}
 	}
 	if err := s.m.RemoveRepo(r.Context(), repo.ID, force); err != nil {
 		writeError(w, err)

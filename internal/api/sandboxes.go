@@ -20,7 +20,7 @@ type SandboxRequest = apitypes.SandboxRequest
 func sandboxView(sb store.Sandbox) apitypes.Sandbox {
 	return apitypes.Sandbox{
 		ID: sb.ID, WorkspaceID: sb.WorkspaceID, Backend: sb.Backend, BackendRef: sb.BackendRef,
-		Image: sb.Image, Spec: sb.Spec, State: sb.State, Replaces: sb.Replaces,
+		Image: sb.Image, Spec: sb.Spec, State: sb.State, Replaces: sb.Replaces, Node: sb.Node,
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, LastActivityAt: sb.LastActivityAt,
 	}
 }

@@ -34,6 +34,18 @@ type Node struct {
 	StartedAt   time.Time  `json:"started_at"`
 	HeartbeatAt time.Time  `json:"heartbeat_at"`
 	StoppedAt   *time.Time `json:"stopped_at,omitempty"`
+	// Lease is how long after its last heartbeat the node counts as lost
+	// (three of its heartbeats).
+	Lease time.Duration `json:"lease_ns"`
+	// Shared says that the node's workspaces sit on storage every node
+	// reaches at the same path, so that another node adopts them when this
+	// one is lost.
+	Shared bool `json:"shared,omitempty"`
+	// Workspaces and Sandboxes are what the node owns: its workspaces, and
+	// its sandboxes that are creating or running. New workspaces go to the
+	// live node with the fewest.
+	Workspaces int `json:"workspaces"`
+	Sandboxes  int `json:"sandboxes"`
 }
 
 // NodeList is the reply of a node listing.

@@ -58,6 +58,8 @@ type Sandbox struct {
 	State string `json:"state" enum:"creating,running,stopped,lost"`
 	// Replaces is the sandbox this one replaced, if any.
 	Replaces string `json:"replaces,omitempty"`
+	// Node is the node (daemon) that runs the sandbox.
+	Node string `json:"node,omitempty"`
 	// CreatedAt, UpdatedAt and LastActivityAt are timestamps; activity is
 	// any API call that used the sandbox.
 	CreatedAt      time.Time `json:"created_at"`

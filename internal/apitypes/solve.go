@@ -69,7 +69,10 @@ type SolveRun struct {
 	// Best is the best-ranked attempt's candidate, if any.
 	Best string `json:"best,omitempty"`
 	// Error says why a failed run failed.
-	Error     string    `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Node is the node (daemon) that runs the loop: it alone resumes the
+	// run after a restart, and a cancel goes to it.
+	Node      string    `json:"node,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

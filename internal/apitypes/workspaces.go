@@ -48,6 +48,9 @@ type Workspace struct {
 	CreatedAt time.Time `json:"created_at"`
 	// UpdatedAt is when the record last changed.
 	UpdatedAt time.Time `json:"updated_at"`
+	// Node is the node (daemon) that owns the workspace: its files are on
+	// that node's disk, and any node forwards requests about it there.
+	Node string `json:"node,omitempty"`
 	// Path is the host path of the workspace's files. The daemon fills it
 	// in its replies; the store does not keep it (it follows from Dir and
 	// Driver).

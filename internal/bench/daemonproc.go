@@ -45,6 +45,15 @@ type DaemonOptions struct {
 	// Store is the daemon's store (a postgres:// URL); empty: the SQLite
 	// file in its scratch data dir.
 	Store string
+	// NodeHeartbeat, NodeShared and WorkspaceDriver set the daemon's
+	// node_heartbeat, node_shared and workspace_driver (zero: its own
+	// defaults).
+	NodeHeartbeat   time.Duration
+	NodeShared      bool
+	WorkspaceDriver string
+	// NoDiskQuota makes workspaces without a disk quota (plain
+	// directories, which a node adopts from a lost one).
+	NoDiskQuota bool
 }
 
 // daemonProc is a running `agentbox serve` on a scratch dir.
@@ -87,7 +96,9 @@ func (o DaemonOptions) withDefaults() (DaemonOptions, error) {
 }
 
 // startDaemon makes a scratch dir with a generated repo of files files
-// and starts the daemon on it, with docker as its default backend.
+// (none when files is negative: a further node of a cluster, which uses
+// the first one's) and starts the daemon on it, with docker as its
+// default backend.
 func startDaemon(ctx context.Context, opts DaemonOptions, files int, log io.Writer) (_ *daemonProc, err error) {
 	if opts, err = opts.withDefaults(); err != nil {
 		return nil, err
@@ -115,8 +126,10 @@ func startDaemon(ctx context.Context, opts DaemonOptions, files int, log io.Writ
 	}
 	d.data = filepath.Join(d.root, "data")
 	src := filepath.Join(d.root, "source.git")
-	if _, _, err := generateRepo(ctx, src, files); err != nil {
-		return nil, err
+	if files >= 0 {
+		if _, _, err := generateRepo(ctx, src, files); err != nil {
+			return nil, err
+		}
 	}
 	cfg := fmt.Sprintf("data_dir: %s\ndefault_backend: docker\ndefault_image: %s\nguest_binary: %s\nlog_level: warn\n"+
 		"sandbox_idle_timeout: 0s\n", d.data, opts.Image, opts.GuestBinary)
@@ -129,12 +142,27 @@ func startDaemon(ctx context.Context, opts DaemonOptions, files int, log io.Writ
 	if opts.Store != "" {
 		cfg += "store: " + strconv.Quote(opts.Store) + "\n"
 	}
+	if opts.NodeHeartbeat > 0 {
+		cfg += "node_heartbeat: " + opts.NodeHeartbeat.String() + "\n"
+	}
+	if opts.NodeShared {
+		cfg += "node_shared: true\n"
+	}
+	if opts.NoDiskQuota {
+		cfg += "workspace_disk_quota: 0\n"
+	}
+	if opts.WorkspaceDriver != "" {
+		cfg += "workspace_driver: " + opts.WorkspaceDriver + "\n"
+	}
 	cfgPath := filepath.Join(d.root, "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
 	if err := d.start(ctx, cfgPath); err != nil {
 		return nil, err
+	}
+	if files < 0 {
+		return d, nil
 	}
 	repo, err := d.c.AddRepo(ctx, src, nil)
 	if err != nil {
@@ -335,6 +363,15 @@ func (d *daemonProc) leftovers(ctx context.Context) ([]string, error) {
 	for _, c := range ctrs {
 		left = append(left, "container "+c)
 	}
+	local, err := d.localLeftovers()
+	return append(left, local...), err
+}
+
+// localLeftovers is what the run left in the daemon's scratch dir:
+// mounts, and entries in the data dir's workspaces and sandboxes
+// directories.
+func (d *daemonProc) localLeftovers() ([]string, error) {
+	var left []string
 	mounts, err := mountsUnder(d.root)
 	if err != nil {
 		return nil, err

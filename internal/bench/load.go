@@ -40,6 +40,11 @@ const (
 	// HTTP client keeps up to a small bound and closes after 90 s.
 	FDSlack        = 4
 	GoroutineSlack = 8
+	// PeerIdleConns is what a node of several may keep, per other node,
+	// above that: idle forwarding connections it keeps to the peer (one
+	// fd and two goroutines each) and those the peer keeps to it (one fd
+	// and one goroutine each), api.ForwardIdleConns of each.
+	PeerIdleConns = 4
 )
 
 // LoadOptions configure Load. Zero fields take their defaults.
@@ -52,6 +57,11 @@ type LoadOptions struct {
 	Duration time.Duration
 	// SampleEvery is the memory sampling interval (default 1s).
 	SampleEvery time.Duration
+	// Nodes is the number of daemons (default 1): more than one share
+	// Store (required then), each on its own data dir, and client i
+	// talks to node i mod Nodes, which forwards what another node owns.
+	// Memory, fds and goroutines are the first node's.
+	Nodes int
 }
 
 // LoadOp is one operation's latencies.
@@ -84,6 +94,7 @@ type LoadCheck struct {
 // LoadResult is what Load measured.
 type LoadResult struct {
 	Clients  int           `json:"clients"`
+	Nodes    int           `json:"nodes,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
 	Image    string        `json:"image"`
 	// Cycles is the number of full client cycles run.
@@ -152,6 +163,12 @@ func Load(ctx context.Context, opts LoadOptions, log io.Writer) (res LoadResult,
 	if opts.SampleEvery == 0 {
 		opts.SampleEvery = time.Second
 	}
+	if opts.Nodes == 0 {
+		opts.Nodes = 1
+	}
+	if opts.Nodes > 1 && opts.Store == "" {
+		return res, fmt.Errorf("bench: %d nodes need a shared store (--store postgres://...)", opts.Nodes)
+	}
 	if opts.Clients < 1 || opts.Duration < 0 {
 		return res, fmt.Errorf("bench: clients (%d) and duration (%s) must be positive", opts.Clients, opts.Duration)
 	}
@@ -163,12 +180,24 @@ func Load(ctx context.Context, opts LoadOptions, log io.Writer) (res LoadResult,
 		return res, err
 	}
 	defer func() { err = errors.Join(err, d.close()) }()
+	nodes, err := startNodes(ctx, d, opts.Nodes, log)
+	defer func() {
+		for _, n := range nodes[1:] {
+			err = errors.Join(err, n.close())
+		}
+	}()
+	if err != nil {
+		return res, err
+	}
 	res = LoadResult{Clients: opts.Clients, Duration: opts.Duration, Image: d.opts.Image}
+	if opts.Nodes > 1 {
+		res.Nodes = opts.Nodes
+	}
 	rec := &loadRecorder{lat: map[string][]time.Duration{}, errs: map[string]int{}}
 
 	clients := make([]*client.Client, opts.Clients)
 	for i := range clients {
-		if clients[i], err = client.New("unix://"+d.data+"/agentbox.sock", ""); err != nil {
+		if clients[i], err = client.New("unix://"+nodes[i%len(nodes)].data+"/agentbox.sock", ""); err != nil {
 			return res, err
 		}
 	}
@@ -232,10 +261,18 @@ func Load(ctx context.Context, opts LoadOptions, log io.Writer) (res LoadResult,
 	if res.Leftovers, err = d.leftovers(ctx); err != nil {
 		return res, err
 	}
-	if res.FDsAfter, res.GoroutinesAfter, err = d.settled(ctx, res.FDsBefore+FDSlack, res.GoroutinesBefore+GoroutineSlack); err != nil {
+	for _, n := range nodes[1:] {
+		left, err := n.localLeftovers()
+		if err != nil {
+			return res, err
+		}
+		res.Leftovers = append(res.Leftovers, left...)
+	}
+	fdSlack, grSlack := res.slack()
+	if res.FDsAfter, res.GoroutinesAfter, err = d.settled(ctx, res.FDsBefore+fdSlack, res.GoroutinesBefore+grSlack); err != nil {
 		return res, err
 	}
-	if res.FDsAfter > res.FDsBefore+FDSlack {
+	if res.FDsAfter > res.FDsBefore+fdSlack {
 		for t, n := range d.fdTargets() {
 			if n > fdsBefore[t] {
 				res.NewFDs = append(res.NewFDs, fmt.Sprintf("%d more on %s", n-fdsBefore[t], t))
@@ -244,6 +281,21 @@ func Load(ctx context.Context, opts LoadOptions, log io.Writer) (res LoadResult,
 	}
 	res.summarize()
 	return res, nil
+}
+
+// startNodes starts n-1 more daemons beside d on its store, each on a
+// data dir of its own, and returns all n, d first. The others use d's
+// repo and record the sandboxes they see in d.
+func startNodes(ctx context.Context, d *daemonProc, n int, log io.Writer) ([]*daemonProc, error) {
+	nodes := []*daemonProc{d}
+	for range n - 1 {
+		nd, err := startDaemon(ctx, d.opts, -1, log)
+		if err != nil {
+			return nodes, err
+		}
+		nodes = append(nodes, nd)
+	}
+	return nodes, nil
 }
 
 // counts reads the daemon's open fds and goroutines.
@@ -310,7 +362,16 @@ func (d *daemonProc) sample(ctx context.Context, start time.Time, every time.Dur
 	}
 }
 
+// slack is what the daemon may hold above its baseline once everything
+// is removed: FDSlack and GoroutineSlack, and with other nodes, the idle
+// forwarding connections kept to and from each (PeerIdleConns).
+func (r *LoadResult) slack() (fds, goroutines int) {
+	peers := max(r.Nodes-1, 0)
+	return FDSlack + peers*2*PeerIdleConns, GoroutineSlack + peers*3*PeerIdleConns
+}
+
 func (r *LoadResult) summarize() {
+	fdSlack, grSlack := r.slack()
 	ss := r.Samples[len(r.Samples)/10:]
 	third := len(ss) / 3
 	if third > 0 {
@@ -339,14 +400,18 @@ func (r *LoadResult) summarize() {
 		{Name: "rss last third vs first", Value: fmtMiB(r.RSSFirst) + " -> " + fmtMiB(r.RSSLast), Target: target, Met: flat(r.RSSFirst, r.RSSLast)},
 		{Name: "go heap last third vs first", Value: fmtMiB(r.HeapFirst) + " -> " + fmtMiB(r.HeapLast), Target: target, Met: flat(r.HeapFirst, r.HeapLast)},
 		{Name: "objects left (containers, mounts, dirs, rows)", Value: fmt.Sprint(len(r.Leftovers)), Target: "0", Met: len(r.Leftovers) == 0},
-		{Name: "fds after vs before", Value: fmt.Sprintf("%d -> %d", r.FDsBefore, r.FDsAfter), Target: fmt.Sprintf("<= before + %d", FDSlack), Met: r.FDsAfter <= r.FDsBefore+FDSlack},
-		{Name: "goroutines after vs before", Value: fmt.Sprintf("%d -> %d", r.GoroutinesBefore, r.GoroutinesAfter), Target: fmt.Sprintf("<= before + %d", GoroutineSlack), Met: r.GoroutinesAfter <= r.GoroutinesBefore+GoroutineSlack},
+		{Name: "fds after vs before", Value: fmt.Sprintf("%d -> %d", r.FDsBefore, r.FDsAfter), Target: fmt.Sprintf("<= before + %d", fdSlack), Met: r.FDsAfter <= r.FDsBefore+fdSlack},
+		{Name: "goroutines after vs before", Value: fmt.Sprintf("%d -> %d", r.GoroutinesBefore, r.GoroutinesAfter), Target: fmt.Sprintf("<= before + %d", grSlack), Met: r.GoroutinesAfter <= r.GoroutinesBefore+grSlack},
 	}
 }
 
 // Print writes the result as tables.
 func (r LoadResult) Print(w io.Writer) {
-	fmt.Fprintf(w, "agentbox bench load: %d clients for %s against one daemon (docker, %s); %d cycles\n\n", r.Clients, r.Duration, r.Image, r.Cycles)
+	against := "one daemon"
+	if r.Nodes > 1 {
+		against = fmt.Sprintf("%d daemons sharing one store, round-robin (daemon figures: the first's)", r.Nodes)
+	}
+	fmt.Fprintf(w, "agentbox bench load: %d clients for %s against %s (docker, %s); %d cycles\n\n", r.Clients, r.Duration, against, r.Image, r.Cycles)
 	fmt.Fprintf(w, "%-15s %7s %6s %10s %10s %10s\n", "op", "count", "errors", "p50", "p99", "max")
 	for _, o := range r.Ops {
 		fmt.Fprintf(w, "%-15s %7d %6d %10s %10s %10s\n", o.Op, o.Count, o.Errors, fmtDur(o.P50), fmtDur(o.P99), fmtDur(o.Max))

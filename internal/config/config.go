@@ -58,6 +58,17 @@ type Config struct {
 	// Listen is empty for the unix socket DataDir/agentbox.sock, or
 	// "tcp://HOST:PORT" (which requires Token).
 	Listen string `json:"listen"`
+	// NodeAddr is where the other nodes sharing the store reach this one
+	// (unix:///path or tcp://HOST:PORT); empty: the listening address,
+	// which must then be reachable from them (not 0.0.0.0).
+	NodeAddr string `json:"node_addr"`
+	// NodeHeartbeat is how often this node records that it is alive; it
+	// counts as lost after three missed beats.
+	NodeHeartbeat Duration `json:"node_heartbeat"`
+	// NodeShared says that this data dir's workspaces directory is on
+	// storage every node reaches at the same path (a shared file system):
+	// when this node is lost another adopts its copy-driver workspaces.
+	NodeShared bool `json:"node_shared"`
 	// Token is the bearer token required on TCP.
 	Token string `json:"token"`
 	// WorkspaceDriver is "auto", "overlay" or "copy".
@@ -310,6 +321,7 @@ func Default() Config {
 		SandboxIdleTimeout: Duration{30 * time.Minute},
 		GCInterval:         Duration{5 * time.Minute},
 		ReconcileInterval:  Duration{time.Minute},
+		NodeHeartbeat:      Duration{10 * time.Second},
 		DefaultBackend:     "auto",
 		DefaultImage:       "agentbox/debian:bookworm",
 	}
@@ -442,6 +454,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DataBudget > 0 && c.GCInterval.Duration <= 0 {
 		probs = append(probs, "gc_interval must be positive when data_budget is set")
+	}
+	if c.NodeHeartbeat.Duration < 100*time.Millisecond {
+		probs = append(probs, "node_heartbeat must be at least 100ms")
+	}
+	if c.NodeAddr != "" && !strings.HasPrefix(c.NodeAddr, "unix://") && !strings.HasPrefix(c.NodeAddr, "tcp://") {
+		probs = append(probs, fmt.Sprintf("node_addr %q must be unix:///PATH or tcp://HOST:PORT", c.NodeAddr))
 	}
 	if c.ReconcileInterval.Duration < 0 {
 		probs = append(probs, "reconcile_interval must not be negative (0 reconciles only at start)")

@@ -97,10 +97,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		return err
 	}
 	defer st.Close()
-	// One daemon per store, as per data dir: a PostgreSQL database is not
-	// in the data dir, so its own lock says whether another daemon uses it.
-	release, err := st.HoldExclusive(ctx, func(err error) {
-		log.Error("stopping: another daemon may be using the store", "err", err)
+	// Daemons share a PostgreSQL database as nodes, each owning its
+	// objects; a lock they hold shared keeps a migration from writing
+	// into it meanwhile (and them from starting during one).
+	release, err := st.HoldShared(ctx, func(err error) {
+		log.Error("stopping: a migration holds the store", "err", err)
 		stopRun(err)
 	})
 	if err != nil {
@@ -109,7 +110,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	defer release()
 	// A node of the store from here on, before the first request: its
 	// stop is recorded last, after the shutdown has finished the work.
-	stopNode, err := runNode(ctx, st, cfg.DataDir, addr, log)
+	node, stopNode, err := runNode(ctx, st, cfg, addr, log)
 	if err != nil {
 		return err
 	}
@@ -122,7 +123,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		log.Warn("sandboxes unavailable", "err", err)
 		gb = ""
 	}
-	metrics := telemetry.New(telemetry.Options{Backends: backendNames(bes), Sandboxes: countSandboxes(st), RepairKinds: manager.RepairKinds})
+	metrics := telemetry.New(telemetry.Options{Backends: backendNames(bes), Sandboxes: countSandboxes(st, node.ID), RepairKinds: manager.RepairKinds})
 	// The egress proxy reports its decisions to the manager, which exists
 	// only once New returns; no sandbox (so no decision) comes before.
 	var mgr atomic.Pointer[manager.Manager]
@@ -157,7 +158,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 		Backends: bes, Unavailable: unavailable, DefaultBackend: defBackend, DefaultImage: cfg.DefaultImage, GuestBinary: gb,
 		Egress: proxy, Dependencies: admitter, Secrets: box, Forges: forge.Open, CABundle: caBundle(ca), Observer: metrics,
 		IdleTimeout: cfg.SandboxIdleTimeout.Duration, MaxAge: cfg.SandboxMaxAge.Duration, WarmPool: warmPools(cfg),
-		DataBudget: int64(cfg.DataBudget), WorkspaceRetention: cfg.WorkspaceRetention.Duration, AutoApprove: cfg.AutoApprove, PushBranch: cfg.PushBranch,
+		DataBudget: int64(cfg.DataBudget), WorkspaceRetention: cfg.WorkspaceRetention.Duration, AutoApprove: cfg.AutoApprove, PushBranch: cfg.PushBranch, NodeID: node.ID,
 		Intercept: func(allow manager.Allowlist, bound []manager.BoundSecret) (manager.Allowlist, map[string]string, error) {
 			s := make([]mitm.Secret, len(bound))
 			for i, b := range bound {
@@ -186,6 +187,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if every := cfg.ReconcileInterval.Duration; every > 0 {
 		go m.RunReconcile(ctx, every)
 	}
+	// Lost nodes are looked for at every heartbeat: their sandboxes are
+	// marked lost and their shared workspaces adopted (see TakeOver).
+	go m.RunTakeOver(ctx, cfg.NodeHeartbeat.Duration)
 	// MCP over streamable HTTP at /mcp: the tools of `agentbox mcp`, over
 	// the manager, behind the API's authentication.
 	mcpServer := mcpserver.New(mcpserver.ManagerBackend(m), mcpserver.Options{Version: api.Version, Logger: log.With("component", "mcp")})
@@ -197,7 +201,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if err := solver.Resume(ctx); err != nil {
 		log.Warn("resuming solve runs", "err", err)
 	}
-	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP, Solver: solver})
+	nodeKey, err := clusterKey(ctx, st)
+	if err != nil {
+		return err
+	}
+	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP, Solver: solver, NodeKey: nodeKey})
 	// The web dashboard at / and /ui/, in front of the API: it logs in
 	// with the same token and calls /v1 through it.
 	web := dashboard.New(dashboard.Options{Token: cfg.Token, API: apiServer, Logger: log.With("component", "dashboard")})
@@ -282,8 +290,9 @@ func backendNames(bes map[string]sandbox.Backend) []string {
 }
 
 // countSandboxes feeds agentbox_sandboxes at scrape time: one query over
-// the sandbox rows, counted by state and backend.
-func countSandboxes(st store.Store) telemetry.CountSandboxes {
+// the sandbox rows of this node, counted by state and backend (each node
+// of a shared store reports its own, so that their sum is the whole).
+func countSandboxes(st store.Store, node string) telemetry.CountSandboxes {
 	return func(ctx context.Context) (map[telemetry.SandboxKey]int, error) {
 		sbs, err := st.ListSandboxes(ctx, store.SandboxFilter{})
 		if err != nil {
@@ -291,6 +300,9 @@ func countSandboxes(st store.Store) telemetry.CountSandboxes {
 		}
 		n := make(map[telemetry.SandboxKey]int)
 		for _, sb := range sbs {
+			if sb.Node != node && sb.Node != "" {
+				continue
+			}
 			n[telemetry.SandboxKey{sb.State, sb.Backend}]++
 		}
 		return n, nil

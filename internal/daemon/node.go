@@ -2,9 +2,12 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/api"
 	"github.com/agentbox/agentbox/internal/atomicfile"
+	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/ids"
 	"github.com/agentbox/agentbox/internal/store"
@@ -42,24 +46,62 @@ func nodeID(dataDir string) (string, error) {
 	return id, nil
 }
 
-// runNode registers this daemon as a node of the store and beats its
-// heartbeat every store.NodeHeartbeat until ctx ends; the returned stop
-// records the clean stop. A heartbeat that fails is logged and retried at
-// the next beat: the store may be unreachable for a while.
-func runNode(ctx context.Context, st store.Store, dataDir, addr string, log *slog.Logger) (stop func(), err error) {
-	id, err := nodeID(dataDir)
-	if err != nil {
+// forwardKeyName is the cluster value holding the key nodes sign
+// forwarded requests with.
+const forwardKeyName = "forward_key"
+
+// clusterKey returns the key the nodes sharing the store sign forwarded
+// requests with: made by the first node to start, kept in the store.
+func clusterKey(ctx context.Context, st store.Store) ([]byte, error) {
+	fresh := make([]byte, 32)
+	if _, err := rand.Read(fresh); err != nil {
 		return nil, err
 	}
+	v, err := st.ClusterValue(ctx, forwardKeyName, hex.EncodeToString(fresh))
+	if err != nil {
+		return nil, fmt.Errorf("the nodes' forwarding key: %w", err)
+	}
+	key, err := hex.DecodeString(v)
+	if err != nil || len(key) < 32 {
+		return nil, fmt.Errorf("the nodes' forwarding key in the store is not 32 bytes of hex: %w", errdefs.ErrInvalid)
+	}
+	return key, nil
+}
+
+// runNode registers this daemon as a node of the store and beats its
+// heartbeat every cfg.NodeHeartbeat until ctx ends; the returned stop
+// records the clean stop. A heartbeat that fails is logged and retried at
+// the next beat: the store may be unreachable for a while. The node is
+// reached by the others at cfg.NodeAddr, or at addr, where it listens.
+func runNode(ctx context.Context, st store.Store, cfg config.Config, addr string, log *slog.Logger) (_ store.Node, stop func(), err error) {
+	id, err := nodeID(cfg.DataDir)
+	if err != nil {
+		return store.Node{}, nil, err
+	}
+	if cfg.NodeAddr != "" {
+		addr = cfg.NodeAddr
+	} else if host, _, _ := net.SplitHostPort(strings.TrimPrefix(addr, "tcp://")); strings.HasPrefix(addr, "tcp://") && cfg.Store != "" &&
+		(host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified()) {
+		log.Warn("this node listens on every address and has no node_addr: nodes on other machines cannot reach it to forward requests", "addr", addr)
+	}
+	every := cfg.NodeHeartbeat.Duration
 	host, _ := os.Hostname()
-	now := time.Now().UTC()
-	n := store.Node{ID: id, Host: host, PID: os.Getpid(), DataDir: dataDir, Addr: addr, Version: api.Version, StartedAt: now, HeartbeatAt: now}
+	// Beats are on the store's clock, by which the others judge them.
+	clock := func(ctx context.Context) time.Time {
+		if t, err := st.Clock(ctx); err == nil {
+			return t
+		}
+		return time.Now().UTC()
+	}
+	now := clock(ctx)
+	n := store.Node{ID: id, Host: host, PID: os.Getpid(), DataDir: cfg.DataDir, Addr: addr, Version: api.Version, StartedAt: now, HeartbeatAt: now,
+		Lease: 3 * every, Shared: cfg.NodeShared}
 	// Registered even when a stop is already asked for: the stop is
 	// recorded on the way out.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer rcancel()
 	if err := st.RegisterNode(rctx, n); err != nil {
-		return nil, err
+		return store.Node{}, nil, err
 	}
 	// Beats go on through the shutdown, until stop: a daemon finishing its
 	// work is up.
@@ -67,7 +109,7 @@ func runNode(ctx context.Context, st store.Store, dataDir, addr string, log *slo
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(store.NodeHeartbeat)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -75,22 +117,22 @@ func runNode(ctx context.Context, st store.Store, dataDir, addr string, log *slo
 				return
 			case <-t.C:
 			}
-			if err := st.HeartbeatNode(beatCtx, id, time.Now().UTC()); errors.Is(err, errdefs.ErrNotFound) {
+			if err := st.HeartbeatNode(beatCtx, id, clock(beatCtx)); errors.Is(err, errdefs.ErrNotFound) {
 				// Removed behind our back: register again.
-				n.HeartbeatAt = time.Now().UTC()
+				n.HeartbeatAt = clock(beatCtx)
 				err = st.RegisterNode(beatCtx, n)
 			} else if err != nil && beatCtx.Err() == nil {
 				log.Warn("node heartbeat failed", "node_id", id, "err", err)
 			}
 		}
 	}()
-	log.Info("node registered", "node_id", id)
-	return func() {
+	log.Info("node registered", "node_id", id, "addr", addr, "heartbeat", every, "shared", cfg.NodeShared)
+	return n, func() {
 		cancel()
 		<-done
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
-		if err := st.StopNode(sctx, id, time.Now().UTC()); err != nil {
+		if err := st.StopNode(sctx, id, clock(sctx)); err != nil {
 			log.Warn("recording the node's stop", "node_id", id, "err", err)
 		}
 	}, nil

@@ -66,7 +66,7 @@ func (m *Manager) Evict(ctx context.Context, now time.Time) ([]string, error) {
 	}
 	var evicted []string
 	for _, sb := range sbs {
-		if sb.State != string(sandbox.StateRunning) {
+		if sb.State != string(sandbox.StateRunning) || !m.mine(sb.Node) {
 			continue
 		}
 		if why := m.evictReason(sb, now); why != "" && m.evictOne(ctx, sb, now) {

@@ -316,6 +316,9 @@ func (r *gcRun) sandboxes(ctx context.Context) ([]gcCandidate, error) {
 	}
 	var left, idle []gcCandidate
 	for _, sb := range sbs {
+		if !m.mine(sb.Node) {
+			continue
+		}
 		dir := m.sandboxDir(sb.ID)
 		size := func() (int64, error) { return diskusage.Exclusive(dir) }
 		switch sandbox.State(sb.State) {
@@ -430,7 +433,7 @@ func (r *gcRun) pristines(ctx context.Context) ([]gcCandidate, error) {
 	slices.SortStableFunc(pcs, func(a, b store.Pristine) int { return a.LastUsedAt.Compare(b.LastUsedAt) })
 	var out []gcCandidate
 	for _, p := range pcs {
-		if byPC[p.ID] > 0 {
+		if byPC[p.ID] > 0 || !m.ownPath(p.Path) {
 			continue
 		}
 		if _, taken := r.gonePC[p.ID]; taken || r.goneRepos[p.RepoID] {
@@ -503,7 +506,7 @@ func (r *gcRun) repos(ctx context.Context) ([]gcCandidate, error) {
 	slices.SortStableFunc(repos, func(a, b store.Repo) int { return a.LastUsedAt.Compare(b.LastUsedAt) })
 	var out []gcCandidate
 	for _, repo := range repos {
-		if byRepo[repo.ID] > 0 || r.goneRepos[repo.ID] {
+		if byRepo[repo.ID] > 0 || r.goneRepos[repo.ID] || !m.ownPath(repo.Path) {
 			continue
 		}
 		out = append(out, gcCandidate{
@@ -591,7 +594,7 @@ func (r *gcRun) workspaces(ctx context.Context) ([]gcCandidate, error) {
 	}
 	var cs []cand
 	for _, w := range wss {
-		if w.State != store.WorkspaceReady || r.goneWS[w.ID] {
+		if w.State != store.WorkspaceReady || r.goneWS[w.ID] || !m.mine(w.Node) {
 			continue
 		}
 		touched := m.lastTouch(w.ID)

@@ -140,6 +140,10 @@ type Config struct {
 	// PushBranch is the template of the branch a push goes to (see
 	// DefaultPushBranch); empty: the default.
 	PushBranch string
+	// NodeID is this daemon's node among those sharing the store (see
+	// ownership.go): it owns the workspaces and sandboxes it makes, and
+	// touches no other's. Empty: the manager owns everything.
+	NodeID string
 }
 
 // Observer receives the manager's measurements. The manager holds only
@@ -227,6 +231,16 @@ func New(ctx context.Context, st store.Store, cfg Config) (*Manager, error) {
 	}
 	bus := newEventBus()
 	st = notifyingStore{Store: st, bus: bus}
+	if cfg.NodeID != "" {
+		st = owningStore{Store: st, node: cfg.NodeID}
+		// Rows from before nodes (a daemon alone on its store) are the
+		// first node's to serve.
+		if n, err := st.ClaimUnowned(ctx, cfg.NodeID); err != nil {
+			return nil, err
+		} else if n > 0 {
+			cfg.Logger.InfoContext(ctx, "claimed the workspaces and sandboxes no node owned", "node_id", cfg.NodeID, "rows", n)
+		}
+	}
 	m := &Manager{cfg: cfg, st: st, events: bus, log: cfg.Logger, wsDir: filepath.Join(cfg.DataDir, "workspaces"), locks: map[string]*keyLock{}, live: map[string]*live{}}
 	if err := os.MkdirAll(m.wsDir, 0o711); err != nil {
 		return nil, err
@@ -543,7 +557,7 @@ func (m *Manager) createWorkspace(ctx context.Context, req CreateRequest, upload
 		ref = repo.DefaultBranch
 	}
 	now := time.Now().UTC()
-	w := store.Workspace{ID: id, RepoID: repo.ID, PristineID: pristine.ID, Ref: ref, BaseCommit: commit,
+	w := store.Workspace{ID: id, Node: m.cfg.NodeID, RepoID: repo.ID, PristineID: pristine.ID, Ref: ref, BaseCommit: commit,
 		Branch: branch, Task: req.Task, Driver: driverName, Dir: filepath.Join(m.wsDir, id), DiskQuota: quota,
 		State: store.WorkspaceCreating, CreatedAt: now, UpdatedAt: now}
 
@@ -696,6 +710,9 @@ func (m *Manager) RemoveWorkspace(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if !m.mine(w.Node) {
+		return m.notMine(ctx, "workspace", id, w.Node)
+	}
 	defer m.hold(id)()
 	l := m.lock(id)
 	l.Lock()
@@ -718,7 +735,7 @@ func (m *Manager) RemoveWorkspace(ctx context.Context, id string) error {
 // repos stay for the collector.
 func (m *Manager) dropUploadRepo(ctx context.Context, repoID string) {
 	r, err := m.st.GetRepo(ctx, repoID)
-	if err != nil || !repocache.IsUpload(r.URL) {
+	if err != nil || !repocache.IsUpload(r.URL) || !m.ownPath(r.Path) {
 		return
 	}
 	if err := m.gcRepo(ctx, repoID); err != nil && !errors.Is(err, errGCSkip) {
@@ -902,6 +919,9 @@ func (m *Manager) ready(ctx context.Context, id string) (store.Workspace, worksp
 			m.touched.Delete(id)
 		}
 		return w, nil, err
+	}
+	if !m.mine(w.Node) {
+		return w, nil, m.notMine(ctx, "workspace", id, w.Node)
 	}
 	if w.State != store.WorkspaceReady {
 		return w, nil, fmt.Errorf("workspace %s is %s: %w", id, w.State, errdefs.ErrConflict)

@@ -594,7 +594,7 @@ func (m *Manager) claimPooled(ctx context.Context, w store.Workspace, spec sandb
 	}
 	specJSON, _ := json.Marshal(spec)
 	now := time.Now().UTC()
-	sb := store.Sandbox{ID: e.id, WorkspaceID: w.ID, Backend: spec.Backend, BackendRef: e.info.Ref, Image: spec.Image, Spec: string(specJSON),
+	sb := store.Sandbox{ID: e.id, Node: m.cfg.NodeID, WorkspaceID: w.ID, Backend: spec.Backend, BackendRef: e.info.Ref, Image: spec.Image, Spec: string(specJSON),
 		State: string(sandbox.StateRunning), TokenHash: e.tokenHash, Replaces: replaces,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now}
 	if err := m.step("pool-record"); err != nil {

@@ -255,7 +255,7 @@ func (p *pass) sandboxes(ctx context.Context) {
 	}
 	for _, sb := range sbs {
 		st := sandbox.State(sb.State)
-		if (st != sandbox.StateRunning && st != sandbox.StateCreating) || m.isBusy(sb.ID) {
+		if (st != sandbox.StateRunning && st != sandbox.StateCreating) || m.isBusy(sb.ID) || !m.mine(sb.Node) {
 			continue
 		}
 		l := m.lock("sb:" + sb.WorkspaceID)
@@ -417,7 +417,7 @@ func (p *pass) workspaces(ctx context.Context) {
 		return
 	}
 	for _, w := range wss {
-		if m.isBusy(w.ID) {
+		if m.isBusy(w.ID) || !m.mine(w.Node) {
 			continue
 		}
 		ev := store.Event{RepoID: w.RepoID, WorkspaceID: w.ID}
@@ -597,6 +597,9 @@ func (p *pass) pristines(ctx context.Context) {
 		return
 	}
 	for _, pc := range pcs {
+		if !m.ownPath(pc.Path) {
+			continue // another node's checkout, on its disk
+		}
 		if _, err := os.Lstat(pc.Path); !errors.Is(err, os.ErrNotExist) {
 			continue
 		}

@@ -32,6 +32,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	var errs []error
 	for _, w := range wss {
+		if !m.mine(w.Node) {
+			continue
+		}
 		ev := store.Event{Actor: "daemon", RepoID: w.RepoID, WorkspaceID: w.ID}
 		switch w.State {
 		case store.WorkspaceCreating, store.WorkspaceRemoving:
@@ -65,7 +68,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	// (or from being removed with its last workspace) serves nothing.
 	if repos, err := m.st.ListRepos(ctx); err == nil {
 		for _, r := range repos {
-			if repocache.IsUpload(r.URL) {
+			if repocache.IsUpload(r.URL) && m.ownPath(r.Path) {
 				m.dropUploadRepo(ctx, r.ID)
 			}
 		}

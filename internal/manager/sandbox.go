@@ -430,7 +430,7 @@ func (m *Manager) startSandbox(ctx context.Context, w store.Workspace, spec sand
 	specJSON, _ := json.Marshal(spec)
 	sum := sha256.Sum256([]byte(token))
 	now := time.Now().UTC()
-	sb := store.Sandbox{ID: ids.New("sb"), WorkspaceID: w.ID, Backend: spec.Backend, Image: spec.Image, Spec: string(specJSON),
+	sb := store.Sandbox{ID: ids.New("sb"), Node: m.cfg.NodeID, WorkspaceID: w.ID, Backend: spec.Backend, Image: spec.Image, Spec: string(specJSON),
 		State: string(sandbox.StateCreating), TokenHash: hex.EncodeToString(sum[:]), Replaces: replaces,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now}
 	dir := m.sandboxDir(sb.ID)
@@ -615,6 +615,9 @@ func (m *Manager) StopSandbox(ctx context.Context, id string) (store.Sandbox, er
 	if err != nil {
 		return sb, err
 	}
+	if err := m.ownSandbox(ctx, sb); err != nil {
+		return sb, err
+	}
 	l := m.lock("sb:" + sb.WorkspaceID)
 	l.Lock()
 	defer l.Unlock()
@@ -645,6 +648,9 @@ func (m *Manager) teardown(ctx context.Context, sb *store.Sandbox, state sandbox
 func (m *Manager) RemoveSandbox(ctx context.Context, id string) error {
 	sb, err := m.GetSandbox(ctx, id)
 	if err != nil {
+		return err
+	}
+	if err := m.ownSandbox(ctx, sb); err != nil {
 		return err
 	}
 	l := m.lock("sb:" + sb.WorkspaceID)
@@ -867,6 +873,9 @@ func (m *Manager) recoverSandboxes(ctx context.Context) {
 		return
 	}
 	for _, sb := range sbs {
+		if !m.mine(sb.Node) {
+			continue // another node's, running there
+		}
 		switch sandbox.State(sb.State) {
 		case sandbox.StateCreating:
 			m.teardown(ctx, &sb, sandbox.StateLost)

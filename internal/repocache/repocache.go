@@ -174,6 +174,12 @@ func (c *Cache) doClone(ctx context.Context, rem Remote, progress io.Writer) (cl
 		SizeBytes: DiskUsage(final), CreatedAt: now, LastFetchAt: now, LastUsedAt: now}
 	if err := c.st.CreateRepo(ctx, r); err != nil {
 		os.RemoveAll(final)
+		// Another node sharing the store cloned it meanwhile: use its.
+		if errors.Is(err, errdefs.ErrConflict) {
+			if other, gerr := c.st.GetRepoByURL(ctx, rem.Clean); gerr == nil {
+				return cloneResult{repo: other}, nil
+			}
+		}
 		return cloneResult{}, fmt.Errorf("recording repo %s: %w", rem.Clean, err)
 	}
 	c.event(ctx, "repo.cloned", id, map[string]any{"url": rem.Clean, "bytes": r.SizeBytes, "ms": time.Since(start).Milliseconds()})
@@ -374,6 +380,13 @@ func (c *Cache) makePristine(ctx context.Context, r store.Repo, commit string) (
 	p := store.Pristine{ID: id, RepoID: r.ID, Commit: commit, Path: final, SizeBytes: DiskUsage(final), CreatedAt: now, LastUsedAt: now}
 	if err := c.st.CreatePristine(ctx, p); err != nil {
 		os.RemoveAll(final)
+		// Another node sharing the store made the same checkout
+		// meanwhile (the file lock is this node's alone): use it.
+		if errors.Is(err, errdefs.ErrConflict) {
+			if other, ferr := c.st.FindPristine(ctx, r.ID, commit); ferr == nil {
+				return other, nil
+			}
+		}
 		return store.Pristine{}, err
 	}
 	c.event(ctx, "pristine.created", r.ID, map[string]any{"pristine_id": id, "commit": commit, "ms": time.Since(start).Milliseconds()})

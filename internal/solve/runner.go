@@ -78,6 +78,11 @@ func (r *Runner) Resume(ctx context.Context) error {
 		return fmt.Errorf("resuming solve runs: %w", err)
 	}
 	for _, run := range runs {
+		// Another node's run is that node's to resume (a run from before
+		// nodes, with none, is resumed by whichever node starts).
+		if run.Node != "" && run.Node != r.m.NodeID() {
+			continue
+		}
 		r.log.InfoContext(ctx, "resuming a solve run", "run_id", run.ID)
 		r.launch(run)
 	}
@@ -192,7 +197,7 @@ func (r *Runner) Start(ctx context.Context, req apitypes.SolveRequest) (apitypes
 		return apitypes.SolveRun{}, err
 	}
 	now := time.Now().UTC()
-	run := store.SolveRun{ID: ids.New("solve"), State: apitypes.SolveRunning, Request: req, Attempts: []apitypes.SolveAttempt{}, CreatedAt: now, UpdatedAt: now}
+	run := store.SolveRun{ID: ids.New("solve"), State: apitypes.SolveRunning, Request: req, Attempts: []apitypes.SolveAttempt{}, Node: r.m.NodeID(), CreatedAt: now, UpdatedAt: now}
 	if err := r.m.CreateSolveRun(ctx, run); err != nil {
 		return apitypes.SolveRun{}, err
 	}

@@ -80,6 +80,9 @@ type Sandbox struct {
 	TokenHash string `json:"-"`
 	// Replaces is the sandbox this one replaced, if any.
 	Replaces string `json:"replaces,omitempty"`
+	// Node is the node that runs the sandbox (set at creation; changed by
+	// nothing but the store's ownership methods).
+	Node string `json:"node,omitempty"`
 	// CreatedAt, UpdatedAt and LastActivityAt are timestamps; activity is
 	// any API call that used the sandbox.
 	CreatedAt      time.Time `json:"created_at"`

@@ -45,6 +45,8 @@ func fill(t *testing.T, s store.Store) {
 	must(s.CreateCandidate(ctx, store.Candidate{ID: "cand_1", WorkspaceID: "ws_1", Disposition: "ready", CreatedAt: n, UpdatedAt: n}))
 	must(s.RegisterNode(ctx, store.Node{ID: "node_1", Host: "h", PID: 1, DataDir: "/d", StartedAt: n, HeartbeatAt: n}))
 	must(s.StopNode(ctx, "node_1", n.Add(time.Minute)))
+	_, err = s.ClusterValue(ctx, "forward_key", "0123abcd")
+	must(err)
 	must(s.CreateSolveRun(ctx, store.SolveRun{ID: "run_1", State: "running", Attempts: []apitypes.SolveAttempt{}, CreatedAt: n, UpdatedAt: n}))
 	must(s.AppendSolveStep(ctx, store.SolveStep{RunID: "run_1", Attempt: 1, Seq: 1, Role: "agent", Kind: "message", Doc: []byte(`{"text":"hi"}`), CreatedAt: n}))
 	must(s.PutForge(ctx, store.ForgeBinding{Host: "git.example", Kind: "gitea", Secret: "K", CreatedAt: n, UpdatedAt: n}))

@@ -112,11 +112,9 @@ const daemonLockKey int64 = 0x616278446165_6d6e
 // tests.
 var holdCheck = 5 * time.Second
 
-// HoldExclusive makes this process the only agentbox daemon on the
-// database until release is called or the process ends, or fails with
-// ErrConflict naming the one that is. Until daemons share a store as nodes
-// (each owning its sandboxes), a second daemon would take the first's
-// running sandboxes for the leftovers of a crash. On SQLite it does
+// HoldExclusive makes this process the only user of the database (a
+// migration into it) until release is called or the process ends, or
+// fails with ErrConflict naming a daemon that uses it. On SQLite it does
 // nothing: the data dir's lock covers its database file.
 //
 // The lock is PostgreSQL's session advisory lock on a connection kept for
@@ -128,6 +126,18 @@ var holdCheck = 5 * time.Second
 // daemon has taken it meanwhile, lost is called once with the reason, and
 // the caller must stop using the store.
 func (s *Store) HoldExclusive(ctx context.Context, lost func(error)) (release func(), err error) {
+	return s.hold(ctx, false, lost)
+}
+
+// HoldShared is HoldExclusive for a daemon: any number of daemons share
+// the database as nodes (each owning its objects, see store.NodeStore),
+// but none while a migration holds it exclusively, nor a migration while
+// one runs.
+func (s *Store) HoldShared(ctx context.Context, lost func(error)) (release func(), err error) {
+	return s.hold(ctx, true, lost)
+}
+
+func (s *Store) hold(ctx context.Context, shared bool, lost func(error)) (release func(), err error) {
 	if s.d.name != "postgres" {
 		return func() {}, nil
 	}
@@ -138,7 +148,7 @@ func (s *Store) HoldExclusive(ctx context.Context, lost func(error)) (release fu
 	var h held
 	for deadline := time.Now().Add(holdDeadWait); ; {
 		var holder lockHolder
-		h, holder, err = s.lockDaemon(ctx)
+		h, holder, err = s.lockDaemon(ctx, shared)
 		if err == nil {
 			break
 		}
@@ -161,7 +171,7 @@ func (s *Store) HoldExclusive(ctx context.Context, lost func(error)) (release fu
 			select {
 			case <-stop:
 				if h.conn != nil {
-					h.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, daemonLockKey)
+					h.conn.ExecContext(context.Background(), unlockQuery(shared), daemonLockKey)
 					h.conn.Close()
 				}
 				return
@@ -177,7 +187,7 @@ func (s *Store) HoldExclusive(ctx context.Context, lost func(error)) (release fu
 			if h.conn == nil {
 				// The connection, and the lock with it, is gone: take it
 				// again, unless another daemon has.
-				nh, holder, err := s.lockDaemon(cctx)
+				nh, holder, err := s.lockDaemon(cctx, shared)
 				switch {
 				case err == nil:
 					h = nh
@@ -202,6 +212,22 @@ func (s *Store) HoldExclusive(ctx context.Context, lost func(error)) (release fu
 	}()
 	var once sync.Once
 	return func() { once.Do(func() { close(stop); <-done }) }, nil
+}
+
+// lockQuery takes the daemon lock, shared or not, and names the session.
+func lockQuery(shared bool) string {
+	if shared {
+		return `SELECT pg_try_advisory_lock_shared($1), pg_backend_pid()`
+	}
+	return `SELECT pg_try_advisory_lock($1), pg_backend_pid()`
+}
+
+// unlockQuery gives the daemon lock back.
+func unlockQuery(shared bool) string {
+	if shared {
+		return `SELECT pg_advisory_unlock_shared($1)`
+	}
+	return `SELECT pg_advisory_unlock($1)`
 }
 
 // holdDeadWait bounds the wait for a dead daemon's lock to go.
@@ -234,14 +260,14 @@ func (h lockHolder) deadHere() bool {
 
 // lockDaemon takes the daemon lock on a connection of its own, or fails
 // with ErrConflict naming the holder.
-func (s *Store) lockDaemon(ctx context.Context) (held, lockHolder, error) {
+func (s *Store) lockDaemon(ctx context.Context, shared bool) (held, lockHolder, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return held{}, lockHolder{}, fmt.Errorf("locking database %s: %w", s.name, err)
 	}
 	var ok bool
 	var backend int
-	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1), pg_backend_pid()`, daemonLockKey).Scan(&ok, &backend); err != nil {
+	if err := conn.QueryRowContext(ctx, lockQuery(shared), daemonLockKey).Scan(&ok, &backend); err != nil {
 		conn.Close()
 		return held{}, lockHolder{}, fmt.Errorf("locking database %s: %w", s.name, err)
 	}
@@ -253,7 +279,7 @@ func (s *Store) lockDaemon(ctx context.Context) (held, lockHolder, error) {
 		for _, set := range []string{`SET tcp_keepalives_idle = 10`, `SET tcp_keepalives_interval = 5`,
 			`SET tcp_keepalives_count = 3`, `SET tcp_user_timeout = 30000`} {
 			if _, err := conn.ExecContext(ctx, set); err != nil {
-				conn.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, daemonLockKey)
+				conn.ExecContext(ctx, unlockQuery(shared), daemonLockKey)
 				conn.Close()
 				return held{}, lockHolder{}, fmt.Errorf("locking database %s: %s: %w", s.name, set, err)
 			}

@@ -11,20 +11,20 @@ import (
 
 // --- sandboxes
 
-const sbCols = `id, workspace_id, backend, backend_ref, image, spec, state, token_hash, replaces, created_at, updated_at, last_activity_at`
+const sbCols = `id, workspace_id, backend, backend_ref, image, spec, state, token_hash, replaces, created_at, updated_at, last_activity_at, node_id`
 
 func scanSandbox(row interface{ Scan(...any) error }) (store.Sandbox, error) {
 	var sb store.Sandbox
 	var c, u, a int64
-	err := row.Scan(&sb.ID, &sb.WorkspaceID, &sb.Backend, &sb.BackendRef, &sb.Image, &sb.Spec, &sb.State, &sb.TokenHash, &sb.Replaces, &c, &u, &a)
+	err := row.Scan(&sb.ID, &sb.WorkspaceID, &sb.Backend, &sb.BackendRef, &sb.Image, &sb.Spec, &sb.State, &sb.TokenHash, &sb.Replaces, &c, &u, &a, &sb.Node)
 	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = fromTS(c), fromTS(u), fromTS(a)
 	return sb, err
 }
 
 func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sbCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`,
 		sb.ID, sb.WorkspaceID, sb.Backend, sb.BackendRef, sb.Image, sb.Spec, sb.State, sb.TokenHash, sb.Replaces,
-		ts(sb.CreatedAt), ts(sb.UpdatedAt), ts(sb.LastActivityAt))
+		ts(sb.CreatedAt), ts(sb.UpdatedAt), ts(sb.LastActivityAt), sb.Node)
 	return classify(err, "sandbox "+sb.ID)
 }
 

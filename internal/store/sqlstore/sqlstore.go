@@ -326,14 +326,14 @@ func (s *Store) DeletePristine(ctx context.Context, id string) error {
 
 // --- workspaces
 
-const wsCols = `id, repo_id, COALESCE(pristine_id, ''), COALESCE(parent_id, ''), ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, disk_quota, created_at, updated_at`
+const wsCols = `id, repo_id, COALESCE(pristine_id, ''), COALESCE(parent_id, ''), ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, disk_quota, created_at, updated_at, node_id`
 
 func scanWorkspace(row interface{ Scan(...any) error }) (store.Workspace, error) {
 	var w store.Workspace
 	var dirty int
 	var c, u int64
 	err := row.Scan(&w.ID, &w.RepoID, &w.PristineID, &w.ParentID, &w.Ref, &w.BaseCommit, &w.Branch, &w.Task,
-		&w.Driver, &w.Dir, &w.State, &dirty, &w.SizeBytes, &w.DiskQuota, &c, &u)
+		&w.Driver, &w.Dir, &w.State, &dirty, &w.SizeBytes, &w.DiskQuota, &c, &u, &w.Node)
 	w.Dirty = dirty != 0
 	w.CreatedAt, w.UpdatedAt = fromTS(c), fromTS(u)
 	return w, err
@@ -354,10 +354,10 @@ func boolInt(b bool) int {
 }
 
 func (s *Store) CreateWorkspace(ctx context.Context, w store.Workspace) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO workspaces (id, repo_id, pristine_id, parent_id, ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, disk_quota, created_at, updated_at)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO workspaces (id, repo_id, pristine_id, parent_id, ref, base_commit, branch, task, driver, dir, state, dirty, size_bytes, disk_quota, created_at, updated_at, node_id)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)`,
 		w.ID, w.RepoID, nullable(w.PristineID), nullable(w.ParentID), w.Ref, w.BaseCommit, w.Branch, w.Task,
-		w.Driver, w.Dir, w.State, boolInt(w.Dirty), w.SizeBytes, w.DiskQuota, ts(w.CreatedAt), ts(w.UpdatedAt))
+		w.Driver, w.Dir, w.State, boolInt(w.Dirty), w.SizeBytes, w.DiskQuota, ts(w.CreatedAt), ts(w.UpdatedAt), w.Node)
 	return classify(err, "workspace "+w.ID)
 }
 

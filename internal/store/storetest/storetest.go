@@ -29,6 +29,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Candidates", func(t *testing.T) { testCandidates(t, open(t, newStore)) })
 	t.Run("Forges", func(t *testing.T) { testForges(t, open(t, newStore)) })
 	t.Run("Nodes", func(t *testing.T) { testNodes(t, open(t, newStore)) })
+	t.Run("Ownership", func(t *testing.T) { testOwnership(t, open(t, newStore)) })
 	t.Run("Solve", func(t *testing.T) { testSolve(t, open(t, newStore)) })
 	t.Run("ConcurrentWriters", func(t *testing.T) { testConcurrent(t, open(t, newStore)) })
 	t.Run("EventFollow", func(t *testing.T) { testEventFollow(t, open(t, newStore)) })
