@@ -73,6 +73,9 @@ type jail struct {
 	log     *tail
 	logDone chan struct{} // closed when every writer of the log is gone
 	timer   *time.Timer   // the lifetime, if any
+	// unstaged is closed once the stage binds, which the jail no longer
+	// needs once it runs the guest, are gone (see Create).
+	unstaged chan struct{}
 }
 
 var (
@@ -174,10 +177,22 @@ func New(opts Options) (*Backend, error) {
 			return dirs, nil
 		}
 	}
-	sp, err := newSpawner(home)
+	sp, err := newSpawner(home, func() error { return enterSmallNamespace(opts.StageDir, opts.CgroupRoot, bwrap) })
+	if err == nil {
+		err = sp.check(bwrap)
+		if err != nil {
+			sp.close()
+		}
+	}
 	if err != nil {
-		unmountStage(opts.StageDir)
-		return fail("%w", err)
+		// A bubblewrap whose libraries live elsewhere (a Nix store), or a
+		// host that refuses the pivot: start it from the daemon's own
+		// namespace, as fast as the host's mount table allows.
+		opts.Logger.Warn("local backend: starting bubblewrap from the daemon's mount namespace", logBackend, Name, "error", err)
+		if sp, err = newSpawner(home, nil); err != nil {
+			unmountStage(opts.StageDir)
+			return fail("%w", err)
+		}
 	}
 	b := &Backend{
 		opts:     opts,
@@ -255,6 +270,7 @@ func (b *Backend) Close() error {
 			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
 		}
 		waitClosed(j.exited, killTimeout)
+		waitClosed(j.unstaged, killTimeout)
 	}
 	if err := unmountStage(b.stageDir); err != nil {
 		errs = append(errs, err)
@@ -407,8 +423,15 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 		return fail(err)
 	}
 	phase("jail")
-	unstageNow()
-	phase("unstage")
+	// The jail holds its own copies now. Taking the stage away is off the
+	// path to the guest: Remove and Close wait for it.
+	staged = false
+	go func() {
+		defer close(j.unstaged)
+		if err := st.unstage(); err != nil {
+			b.log.Warn("unstaging", logSandbox, req.ID, "error", err)
+		}
+	}()
 
 	b.mu.Lock()
 	b.jails[req.ID] = j
@@ -612,7 +635,7 @@ func (b *Backend) start(ctx context.Context, req sandbox.CreateRequest, st stage
 		}
 		return nil, bwrapInfo{}, fmt.Errorf("starting bubblewrap: %w", err)
 	}
-	j := &jail{cmd: cmd, exited: make(chan struct{}), log: newTail(logTail), logDone: make(chan struct{})}
+	j := &jail{cmd: cmd, exited: make(chan struct{}), log: newTail(logTail), logDone: make(chan struct{}), unstaged: make(chan struct{})}
 	go func() {
 		cmd.Wait()
 		close(j.exited)
@@ -880,6 +903,13 @@ func (b *Backend) Remove(ctx context.Context, ref string) error {
 	}
 	if err := b.stop(r); err != nil {
 		return fmt.Errorf("removing: %w", err)
+	}
+	b.mu.Lock()
+	j := b.jails[ref]
+	b.mu.Unlock()
+	if j != nil {
+		// Create's unstaging, so that the sweep below finds it done.
+		waitClosed(j.unstaged, killTimeout)
 	}
 	var errs []error
 	if err := b.cg.remove(ref); err != nil {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +29,8 @@ import (
 //     process of the sandbox runs outside its limits. (v2 gets the same
 //     with clone3's CLONE_INTO_CGROUP, SysProcAttr.UseCgroupFD.)
 type spawner struct {
+	// tid is the spawner thread's id, set before newSpawner returns.
+	tid      int
 	reqs     chan spawnReq
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -43,28 +46,60 @@ type spawnReq struct {
 }
 
 // newSpawner starts the spawner thread. home returns the thread's own v1
-// cgroup directories, read on that thread (nil for v2).
-func newSpawner(home func() ([]string, error)) (*spawner, error) {
+// cgroup directories, read on that thread (nil for v2); setup, when set,
+// then runs on the thread before it starts anything (see
+// enterSmallNamespace).
+func newSpawner(home func() ([]string, error), setup func() error) (*spawner, error) {
 	s := &spawner{reqs: make(chan spawnReq), quit: make(chan struct{}), done: make(chan struct{})}
 	ready := make(chan error, 1)
-	go s.loop(home, ready)
+	go s.lockThread(home, setup, ready, nil)
 	if err := <-ready; err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *spawner) loop(home func() ([]string, error), ready chan<- error) {
-	defer close(s.done)
-	// Never unlocked: when this goroutine returns its thread exits, and
-	// every bubblewrap it started gets SIGKILL.
+// lockThread locks the calling goroutine to its thread and runs the
+// spawner there, unless the thread is the process's main thread: /proc/self
+// names that one, and the mount table read through it must stay the
+// daemon's (the spawner moves to a namespace of its own). The goroutine
+// then holds the main thread until a new one has locked another thread
+// (which it therefore cannot get), and lets it go. held, when set, is
+// closed once the calling goroutine is locked.
+func (s *spawner) lockThread(home func() ([]string, error), setup func() error, ready chan<- error, held chan<- struct{}) {
 	runtime.LockOSThread()
+	if held != nil {
+		close(held)
+	}
+	if unix.Gettid() == unix.Getpid() {
+		next := make(chan struct{})
+		go s.lockThread(home, setup, ready, next)
+		<-next
+		runtime.UnlockOSThread()
+		return
+	}
+	s.loop(home, setup, ready)
+}
+
+func (s *spawner) loop(home func() ([]string, error), setup func() error, ready chan<- error) {
+	defer close(s.done)
+	// Never unlocked (see lockThread): when this goroutine returns its
+	// thread exits, and every bubblewrap it started gets SIGKILL.
 	tid := unix.Gettid()
+	s.tid = tid
 	var back []string
 	if home != nil {
 		var err error
 		if back, err = home(); err != nil {
 			ready <- fmt.Errorf("reading the spawner thread's cgroups: %w", err)
+			return
+		}
+	}
+	if setup != nil {
+		// On failure the thread exits with whatever half-made namespace
+		// it has: nothing of it outlives the thread.
+		if err := setup(); err != nil {
+			ready <- fmt.Errorf("setting up the spawner thread: %w", err)
 			return
 		}
 	}
@@ -112,6 +147,21 @@ func (s *spawner) start(cmd *exec.Cmd, into []string) error {
 		return errClosed
 	}
 	return <-r.res
+}
+
+// check runs bwrap --version from the spawner thread: its namespace must
+// hold everything bubblewrap needs to start.
+func (s *spawner) check(bwrap string) error {
+	var out strings.Builder
+	cmd := exec.Command(bwrap, "--version")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := s.start(cmd, nil); err != nil {
+		return fmt.Errorf("starting %s from the spawner thread: %w", bwrap, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%s --version from the spawner thread: %w: %s", bwrap, err, strings.TrimSpace(out.String()))
+	}
+	return nil
 }
 
 // close ends the spawner thread, and with it every bubblewrap it started.

@@ -20,16 +20,19 @@ import (
 // into a per-sandbox directory under the stage directory, which is
 // traversable, and bubblewrap binds from there. The stage binds live only
 // until the jail has executed the guest (its own mount namespace then holds
-// copies) and sit under a private tmpfs, so that nothing of them
-// propagates to other mount namespaces. Resolving the host paths once, as
-// root and before the jail exists, also leaves the sandbox no way to race
-// them.
+// copies) and sit under a tmpfs that is a peer group of its own: they
+// propagate to the spawner's small namespace (a slave, see
+// enterSmallNamespace) and to namespaces that root makes from the daemon's
+// meanwhile (which see the host's files anyway); nothing propagates from a
+// jail or the spawner back. Resolving the host
+// paths once, as root and before the jail exists, also leaves the sandbox
+// no way to race them.
 
 // stageMountOptions make the stage tmpfs tiny and inert: it only holds
 // empty mount points.
 const stageMountOptions = "mode=0755,size=64k,nr_inodes=4096"
 
-// mountStage mounts the private tmpfs at dir, first clearing whatever an
+// mountStage mounts the stage tmpfs at dir, first clearing whatever an
 // earlier run of the daemon left there.
 func mountStage(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -47,6 +50,13 @@ func mountStage(dir string) error {
 	if err := unix.Mount("", dir, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		unix.Unmount(dir, unix.MNT_DETACH)
 		return fmt.Errorf("making the stage %s private: %w", dir, err)
+	}
+	// Then shared, in a peer group of its own: the spawner's namespace
+	// holds a slave copy, which receives every stage bind (see
+	// enterSmallNamespace).
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		return fmt.Errorf("making the stage %s shared: %w", dir, err)
 	}
 	return nil
 }

@@ -1,0 +1,112 @@
+package local
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/mountinfo"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// TestSpawnerNamespace checks that the spawner thread starts bubblewrap
+// from a mount namespace of its own that holds a few mounts and none of
+// the daemon's data (the state dir), while the process's own mount table
+// (/proc/self, which the backend and the manager read) stays the
+// daemon's, stage included.
+func TestSpawnerNamespace(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	if b.sp.tid == os.Getpid() {
+		t.Fatal("the spawner runs on the main thread, whose mount table /proc/self shows")
+	}
+	mps, err := mountinfo.Under(b.stageDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mps) == 0 {
+		t.Fatalf("the stage %s is not in the process's mount table", b.stageDir)
+	}
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(b.sp.tid) + "/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nh, ns := strings.Count(string(host), "\n"), strings.Count(string(small), "\n")
+	t.Logf("mounts: %d in the daemon's namespace, %d in the spawner's", nh, ns)
+	if ns >= nh {
+		t.Errorf("the spawner's namespace holds %d mounts, the daemon's %d", ns, nh)
+	}
+	if !strings.Contains(string(small), " "+b.stageDir+" ") {
+		t.Errorf("the stage %s is not in the spawner's namespace:\n%s", b.stageDir, small)
+	}
+	for _, line := range strings.Split(string(small), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == "/" && strings.Contains(line, " - tmpfs agentbox-spawner ") {
+			continue
+		}
+		if strings.Contains(line, b.opts.StateDir) {
+			t.Errorf("the spawner's namespace shows the state dir: %s", line)
+		}
+	}
+
+	// A sandbox still starts, and its stage binds reached the spawner.
+	x := startBox(t, b, sandbox.Spec{})
+	if got := x.mustSh(t, "echo ok"); strings.TrimSpace(got) != "ok" {
+		t.Errorf("command in a sandbox: %q", got)
+	}
+}
+
+// TestSpawnerNamespaceFallback checks that a bubblewrap which cannot start
+// from the small namespace (here a wrapper that needs a file beside it,
+// which that namespace does not hold) is started from the daemon's own.
+func TestSpawnerNamespaceFallback(t *testing.T) {
+	t.Parallel()
+	requireJails(t)
+	// bubblewrap runs as the sandbox user: every directory on the way
+	// must let it through.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "env.sh"), []byte("BWRAP="+real+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(dir, "bwrap")
+	script := "#!/bin/sh\n. \"$(dirname \"$0\")/env.sh\" || exit 1\nexec \"$BWRAP\" \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := newBackendWith(t, Options{
+		StateDir:     filepath.Join(t.TempDir(), "state"),
+		ImagesDir:    imagesDir,
+		CgroupParent: "agentbox-test-" + randHex(4),
+		Bwrap:        wrapper,
+	})
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(b.sp.tid) + "/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(mine), "\n") < strings.Count(string(host), "\n")/2 {
+		t.Errorf("the spawner stayed in a small namespace that cannot start %s", wrapper)
+	}
+	x := startBox(t, b, sandbox.Spec{})
+	if got := x.mustSh(t, "echo ok"); strings.TrimSpace(got) != "ok" {
+		t.Errorf("command in a sandbox: %q", got)
+	}
+}
