@@ -2,9 +2,11 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -59,8 +61,9 @@ func (m *Manager) oomKilled(ctx context.Context, w oomWatch, sb store.Sandbox, e
 			return true
 		}
 		// Only a lost sandbox may still be dying: a SIGKILL was counted
-		// before the guest reported it.
-		if !res.Lost || time.Now().After(deadline) {
+		// before the guest reported it. One that is gone (removed) will
+		// count nothing more.
+		if !res.Lost || time.Now().After(deadline) || errors.Is(err, errdefs.ErrNotFound) {
 			return false
 		}
 		time.Sleep(50 * time.Millisecond)
