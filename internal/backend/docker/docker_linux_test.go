@@ -31,22 +31,7 @@ const testImage = "agentbox/busybox:latest"
 // guestBin is the guest binary built once for the package's tests.
 var guestBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "abguest")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	guestBin, err = backendtest.BuildGuest(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { backendtest.MainWithGuest(m, &guestBin) }
 
 // flavours are the two backends of this package.
 var flavours = []struct{ name, runtime string }{

@@ -24,22 +24,7 @@ const testImage = "agentbox/busybox:latest"
 
 var guestBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "abguest")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	guestBin, err = backendtest.BuildGuest(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { backendtest.MainWithGuest(m, &guestBin) }
 
 // newBackend makes a backend on the test cluster in a namespace of the
 // test's own, and fails the test if a workspace bind or a pod outlives it.

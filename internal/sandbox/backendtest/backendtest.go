@@ -136,6 +136,26 @@ func BuildGuest(dir string) (string, error) {
 	return bin, nil
 }
 
+// MainWithGuest is a backend package's TestMain: it builds the guest
+// (BuildGuest) into a temporary directory, sets *guest to its path, runs
+// the tests and exits with their code.
+func MainWithGuest(m *testing.M, guest *string) {
+	dir, err := os.MkdirTemp("", "abguest")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*guest, err = BuildGuest(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // Run runs the whole suite against the harness's backend.
 func Run(t *testing.T, h Harness) {
 	s := newSuite(t, h)
