@@ -15,6 +15,8 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
@@ -301,6 +303,29 @@ func (r CreateRequest) CheckGuestUser() error {
 		return errdefs.Invalid("guest uid:gid %d:%d: the guest runs as a non-root user and group", r.GuestUID, r.GuestGID)
 	case r.GuestUID == r.UID:
 		return errdefs.Invalid("guest uid %d is the commands' uid: the guest's user must be its own", r.GuestUID)
+	}
+	return nil
+}
+
+// CheckHostPaths checks that the request's workspace and run directory are
+// directories and its guest a regular file, all named by absolute paths;
+// noWorkspace leaves the workspace out (a detached environment gets one
+// later).
+func (r CreateRequest) CheckHostPaths(noWorkspace bool) error {
+	for _, p := range []struct{ what, path string }{{"workspace", r.Files}, {"run directory", r.RunDir}, {"guest", r.Guest}} {
+		if noWorkspace && p.what == "workspace" {
+			continue
+		}
+		if !strings.HasPrefix(p.path, "/") {
+			return errdefs.Invalid("%s path %q is not absolute", p.what, p.path)
+		}
+		fi, err := os.Stat(p.path)
+		if err != nil {
+			return errdefs.Invalid("%s: %v", p.what, err)
+		}
+		if wantDir := p.what != "guest"; fi.IsDir() != wantDir || (!wantDir && !fi.Mode().IsRegular()) {
+			return errdefs.Invalid("%s %s is not a %s", p.what, p.path, map[bool]string{true: "directory", false: "regular file"}[wantDir])
+		}
 	}
 	return nil
 }

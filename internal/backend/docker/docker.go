@@ -347,22 +347,7 @@ func (b *Backend) validate(req sandbox.CreateRequest, spec sandbox.Spec, detache
 	case spec.Backend != "" && spec.Backend != b.name:
 		return errdefs.Invalid("spec asks for backend %q, this is %q", spec.Backend, b.name)
 	}
-	for _, p := range []struct{ what, path string }{{"workspace", req.Files}, {"run directory", req.RunDir}, {"guest", req.Guest}} {
-		if detached && p.what == "workspace" {
-			continue
-		}
-		if !strings.HasPrefix(p.path, "/") {
-			return errdefs.Invalid("%s path %q is not absolute", p.what, p.path)
-		}
-		fi, err := os.Stat(p.path)
-		if err != nil {
-			return errdefs.Invalid("%s: %v", p.what, err)
-		}
-		if wantDir := p.what != "guest"; fi.IsDir() != wantDir || (!wantDir && !fi.Mode().IsRegular()) {
-			return errdefs.Invalid("%s %s is not a %s", p.what, p.path, map[bool]string{true: "directory", false: "regular file"}[wantDir])
-		}
-	}
-	return nil
+	return req.CheckHostPaths(detached)
 }
 
 // checkGuestEnv checks that the guest's environment holds only guest

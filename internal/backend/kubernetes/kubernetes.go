@@ -337,19 +337,7 @@ func (b *Backend) validate(req sandbox.CreateRequest, spec sandbox.Spec) error {
 	case spec.Backend != "" && spec.Backend != Name:
 		return errdefs.Invalid("spec asks for backend %q, this is %q", spec.Backend, Name)
 	}
-	for _, p := range []struct{ what, path string }{{"workspace", req.Files}, {"run directory", req.RunDir}, {"guest", req.Guest}} {
-		if !strings.HasPrefix(p.path, "/") {
-			return errdefs.Invalid("%s path %q is not absolute", p.what, p.path)
-		}
-		fi, err := os.Stat(p.path)
-		if err != nil {
-			return errdefs.Invalid("%s: %v", p.what, err)
-		}
-		if wantDir := p.what != "guest"; fi.IsDir() != wantDir || (!wantDir && !fi.Mode().IsRegular()) {
-			return errdefs.Invalid("%s %s is not a %s", p.what, p.path, map[bool]string{true: "directory", false: "regular file"}[wantDir])
-		}
-	}
-	return nil
+	return req.CheckHostPaths(false)
 }
 
 // pod is the pod of one sandbox.
@@ -621,19 +609,10 @@ func (b *Backend) Stop(ctx context.Context, ref string) error {
 }
 
 func (b *Backend) stop(ctx context.Context, name string) error {
-	if name == "" || strings.ContainsAny(name, "/ ") {
-		return errdefs.Invalid("pod reference %q", name)
-	}
 	pods := b.c.CoreV1().Pods(b.ns)
-	p, err := pods.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return apiErr(err)
-	}
-	if p.Labels[sandbox.LabelManaged] != "1" || p.Labels[LabelBackend] != Name {
-		return fmt.Errorf("not an agentbox pod: %w", errdefs.ErrNotFound)
+	p, err := b.ownPod(ctx, name)
+	if p == nil || err != nil {
+		return err
 	}
 	if ended(p) {
 		return nil
@@ -715,23 +694,33 @@ func sandboxID(name string) (string, bool) {
 	return id, validID.MatchString(id) && podName(id) == name
 }
 
+// ownPod is agentbox's pod name; nil when it is gone, an error wrapping
+// ErrNotFound when it is not agentbox's.
+func (b *Backend) ownPod(ctx context.Context, name string) (*corev1.Pod, error) {
+	if name == "" || strings.ContainsAny(name, "/ ") {
+		return nil, errdefs.Invalid("pod reference %q", name)
+	}
+	p, err := b.c.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, apiErr(err)
+	}
+	if p.Labels[sandbox.LabelManaged] != "1" || p.Labels[LabelBackend] != Name {
+		return nil, fmt.Errorf("not an agentbox pod: %w", errdefs.ErrNotFound)
+	}
+	return p, nil
+}
+
 // delete deletes pod name with grace seconds and waits until the API
 // server no longer has it, which it only allows once the kubelet has
 // ended its containers.
 func (b *Backend) delete(ctx context.Context, name string, grace int64) error {
-	if name == "" || strings.ContainsAny(name, "/ ") {
-		return errdefs.Invalid("pod reference %q", name)
-	}
 	pods := b.c.CoreV1().Pods(b.ns)
-	p, err := pods.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return apiErr(err)
-	}
-	if p.Labels[sandbox.LabelManaged] != "1" || p.Labels[LabelBackend] != Name {
-		return fmt.Errorf("not an agentbox pod: %w", errdefs.ErrNotFound)
+	p, err := b.ownPod(ctx, name)
+	if p == nil || err != nil {
+		return err
 	}
 	uid := p.UID
 	err = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
