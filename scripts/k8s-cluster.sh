@@ -293,6 +293,7 @@ up() {
 	if all_alive && kubectl get --raw /readyz >/dev/null 2>&1 &&
 		kubectl get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True; then
 		import_images
+		runtime_classes
 		echo "$STATE/admin.kubeconfig"
 		return
 	fi
@@ -330,13 +331,22 @@ up() {
 		--hostname-override "$NODE" --node-ip 127.0.0.1
 	wait_for "the node ${NODE}" 120 sh -c "'$BIN/kubectl' --kubeconfig '$STATE/admin.kubeconfig' get node '$NODE' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 	wait_for "the default service account" 60 kubectl -n default get serviceaccount default
-	if [[ -f $STATE/runsc ]]; then
-		# gVisor for pods that name it (agentbox's kubernetes.runtime_class).
-		printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n' |
-			kubectl apply -f - >/dev/null
-	fi
+	runtime_classes
 	log "up: node ${NODE} ready (kubeconfig ${STATE}/admin.kubeconfig)"
 	echo "$STATE/admin.kubeconfig"
+}
+
+# runtime_classes: runc under a RuntimeClass name of its own (for tests of pods that name
+# a class), and gvisor where its shim is wired in (see configs), else none of that name.
+runtime_classes() {
+	printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: runc}\nhandler: runc\n' |
+		kubectl apply -f - >/dev/null
+	if [[ -f $STATE/runsc ]]; then
+		printf 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n' |
+			kubectl apply -f - >/dev/null
+	else
+		kubectl delete runtimeclass gvisor --ignore-not-found >/dev/null
+	fi
 }
 
 down() {

@@ -21,7 +21,7 @@ func TestKubernetesThroughTheCLI(t *testing.T) {
 	data := t.TempDir()
 	ns := fmt.Sprintf("abcli-%x", time.Now().UnixNano()&0xffffff)
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("kubernetes:\n  kubeconfig: %s\n  namespace: %s\n", kubeconfig, ns)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("kubernetes:\n  kubeconfig: %s\n  namespace: %s\n  runtime_classes: [runc]\n", kubeconfig, ns)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { testutil.Kubectl(kubeconfig, "delete", "namespace", ns, "--wait=false") })
@@ -67,6 +67,32 @@ func TestKubernetesThroughTheCLI(t *testing.T) {
 	}
 	if out, errOut, code = runCLI(t, data, "", "exec", ws, "--", "cat", "made-in-pod.txt"); code != 0 || out != "written\n" {
 		t.Errorf("the workspace's write after the replacement: exit %d %q %q", code, out, errOut)
+	}
+
+	// A policy may pick a RuntimeClass the operator lists, and no other.
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	os.WriteFile(pol, []byte("runtime_class: runc\n"), 0o600)
+	ws2 := oneJSON(t, mustCLI(t, data, "--json", "ws", "create", "--repo", src.Dir))["id"].(string)
+	out, errOut, code = runCLI(t, data, "", "--json", "sandbox", "create", "--ws", ws2, "--backend", "kubernetes", "--image", "agentbox/busybox:latest", "--policy", pol)
+	if code != 0 {
+		t.Fatalf("sandbox create with runtime_class runc: %s %s", out, errOut)
+	}
+	pod = oneJSON(t, out)["backend_ref"].(string)
+	if got, err := testutil.Kubectl(kubeconfig, "-n", ns, "get", "pod", pod, "-o", "jsonpath={.spec.runtimeClassName}"); err != nil || string(got) != "runc" {
+		t.Errorf("pod %s's RuntimeClass: %q %v", pod, got, err)
+	}
+	if out, errOut, code = runCLI(t, data, "", "exec", ws2, "--", "sh", "-c", "test -e /dev/termination-log && echo present || echo absent"); code != 0 || out != "absent\n" {
+		t.Errorf("/dev/termination-log under RuntimeClass runc: exit %d %q %q", code, out, errOut)
+	}
+	os.WriteFile(pol, []byte("runtime_class: gvisor\n"), 0o600)
+	ws3 := oneJSON(t, mustCLI(t, data, "--json", "ws", "create", "--repo", src.Dir))["id"].(string)
+	if out, errOut, code = runCLI(t, data, "", "--json", "sandbox", "create", "--ws", ws3, "--backend", "kubernetes", "--image", "agentbox/busybox:latest", "--policy", pol); code == 0 || !strings.Contains(out+errOut, `runtime_class \"gvisor\" is not one this daemon allows`) {
+		t.Errorf("sandbox create with a RuntimeClass the operator did not list: exit %d %s %s", code, out, errOut)
+	}
+	for _, w := range []string{ws2, ws3} {
+		if out, errOut, code = runCLI(t, data, "", "ws", "rm", w); code != 0 {
+			t.Fatalf("ws rm: %s %s", out, errOut)
+		}
 	}
 	if out, errOut, code = runCLI(t, data, "", "ws", "rm", ws); code != 0 {
 		t.Fatalf("ws rm: %s %s", out, errOut)

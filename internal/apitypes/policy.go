@@ -23,6 +23,11 @@ type Policy struct {
 	// syntax, and "**" for any number of directories) naming what the
 	// sandbox may change. None means everything.
 	WritablePaths []string `json:"writable_paths,omitempty"`
+	// RuntimeClass is the Kubernetes RuntimeClass of the sandbox's pod
+	// (kubernetes backend only), one that the daemon's operator allows
+	// (kubernetes.runtime_classes): a policy can pick a stronger runtime,
+	// never one the operator did not list. Empty: the daemon's default.
+	RuntimeClass string `json:"runtime_class,omitempty"`
 }
 
 // PolicyNetwork is the network part of a policy.

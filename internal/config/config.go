@@ -198,8 +198,12 @@ type Kubernetes struct {
 	// Node is the daemon's own node, where the pods are placed (default:
 	// the host name).
 	Node string `json:"node"`
-	// RuntimeClass, when set, is every pod's RuntimeClass (e.g. gvisor).
+	// RuntimeClass, when set, is the RuntimeClass of a pod whose policy
+	// names none (e.g. gvisor).
 	RuntimeClass string `json:"runtime_class"`
+	// RuntimeClasses are the other RuntimeClasses a sandbox's policy may
+	// name (policy runtime_class); none by default.
+	RuntimeClasses []string `json:"runtime_classes"`
 }
 
 var (
@@ -506,6 +510,11 @@ func (c *Config) Validate() error {
 			probs = append(probs, fmt.Sprintf("kubernetes.runtime_class %q is not a DNS subdomain", k.RuntimeClass))
 		case k.Node != "" && !dnsSubdomain.MatchString(k.Node):
 			probs = append(probs, fmt.Sprintf("kubernetes.node %q is not a DNS subdomain", k.Node))
+		}
+		for _, rc := range k.RuntimeClasses {
+			if !dnsSubdomain.MatchString(rc) {
+				probs = append(probs, fmt.Sprintf("kubernetes.runtime_classes: %q is not a DNS subdomain", rc))
+			}
 		}
 	}
 	for i, p := range c.WarmPool {

@@ -60,7 +60,7 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) (map[str
 	if k := cfg.Kubernetes; k != nil {
 		kctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		kb, err := kubernetes.New(kctx, kubernetes.Options{
-			Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, Node: k.Node, RuntimeClass: k.RuntimeClass, Logger: log,
+			Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, Node: k.Node, RuntimeClass: k.RuntimeClass, RuntimeClasses: k.RuntimeClasses, Logger: log,
 			MountDir: filepath.Join(mounts, kubernetes.Name),
 			// The daemon is on its pods' node (their workspaces are on its
 			// disk), so what it does there must succeed.

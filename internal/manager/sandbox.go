@@ -130,6 +130,9 @@ func (m *Manager) applyPolicy(spec sandbox.Spec) (sandbox.Spec, error) {
 	}
 	// Refused rather than ignored: a caller who asks for a protection
 	// must not believe it has one.
+	if p.RuntimeClass != "" && spec.Backend != "kubernetes" {
+		return spec, errdefs.Invalid("policy runtime_class %q: only the kubernetes backend has runtime classes, this sandbox is on %s", p.RuntimeClass, spec.Backend)
+	}
 	if len(p.Secrets) > 0 && (m.cfg.Secrets == nil || m.cfg.Intercept == nil) {
 		return spec, errdefs.Invalid("policy secrets: this daemon has no secret store or cannot swap secrets in")
 	}

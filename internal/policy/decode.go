@@ -365,6 +365,7 @@ func (d *decoder) policy(raw json.RawMessage, p *Policy) {
 			})
 		},
 		"writable_paths": d.strings(&p.WritablePaths),
+		"runtime_class":  d.string(&p.RuntimeClass),
 	})
 }
 

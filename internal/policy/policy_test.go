@@ -157,7 +157,8 @@ func TestParseRefused(t *testing.T) {
 	}{
 		// The document.
 		{"too large", "env: {A: '" + strings.Repeat("x", MaxDocumentBytes) + "'}", "over the limit of 1048576"},
-		{"unknown field", "networks: {}", "networks: unknown field (known: env, limits, network, secrets, writable_paths)"},
+		{"runtime class not a name", "runtime_class: Bad_Class", `runtime_class "Bad_Class": not a Kubernetes object name`},
+		{"unknown field", "networks: {}", "networks: unknown field (known: env, limits, network, runtime_class, secrets, writable_paths)"},
 		{"field in another case", "Network: {}", "Network: unknown field"},
 		{"unknown network field", "network: {mode: none, alow: []}", "network.alow: unknown field (known: allow, mode)"},
 		{"unknown secret field", secret("{hosts: [api.github.com:443], headr: X}"), "secrets.GITHUB_TOKEN.headr: unknown field"},

@@ -97,6 +97,9 @@ func (p Policy) Validate(c Ceilings) error {
 	return err
 }
 
+// runtimeClassRE is a RuntimeClass's name: a DNS subdomain.
+var runtimeClassRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+
 // maxProblems is how many problems one error lists.
 const maxProblems = 20
 
@@ -136,6 +139,10 @@ func (p Policy) canonical(c Ceilings) (Policy, error) {
 	out.Env = v.env(p.Env, p.Secrets)
 	out.Limits = v.limits(p.Limits)
 	out.WritablePaths = v.writablePaths(p.WritablePaths)
+	if p.RuntimeClass != "" && !runtimeClassRE.MatchString(p.RuntimeClass) {
+		v.failValue("runtime_class", p.RuntimeClass, "not a Kubernetes object name (lower-case letters, digits, '-' and '.', at most 253)")
+	}
+	out.RuntimeClass = p.RuntimeClass
 	if len(v.problems) > 0 {
 		return Policy{}, problemsError(v.problems)
 	}

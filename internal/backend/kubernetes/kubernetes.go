@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -77,8 +78,13 @@ type Options struct {
 	// Node is the node the daemon runs on, where every pod is placed
 	// (the workspace is on its disk). Default: the host name.
 	Node string
-	// RuntimeClass, when set, is every pod's RuntimeClass (e.g. gvisor).
+	// RuntimeClass, when set, is the RuntimeClass of a pod whose policy
+	// names none (e.g. gvisor).
 	RuntimeClass string
+	// RuntimeClasses are the other RuntimeClasses a sandbox's policy may
+	// name (policy runtime_class); any other is refused, so that a policy
+	// never picks a runtime the operator did not list.
+	RuntimeClasses []string
 	// StopTimeout is the grace period of Stop (default 10s).
 	StopTimeout time.Duration
 	// MountDir holds the nosuid,nodev binds of workspaces that are not on
@@ -102,6 +108,7 @@ type Backend struct {
 	ns           string
 	node         string
 	runtimeClass string
+	classes      []string
 	mountDir     string
 	requireNode  bool
 	stopTimeout  time.Duration
@@ -145,7 +152,7 @@ func New(ctx context.Context, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
-	b := &Backend{c: c, ns: o.Namespace, node: o.Node, runtimeClass: o.RuntimeClass, mountDir: o.MountDir, requireNode: o.RequireNode,
+	b := &Backend{c: c, ns: o.Namespace, node: o.Node, runtimeClass: o.RuntimeClass, classes: o.RuntimeClasses, mountDir: o.MountDir, requireNode: o.RequireNode,
 		stopTimeout: o.StopTimeout, startTimeout: o.StartTimeout, log: o.Logger.With("backend", Name)}
 	if err := b.prepare(ctx); err != nil {
 		return nil, err
@@ -187,6 +194,15 @@ func (b *Backend) Namespace() string { return b.ns }
 
 // bindPath is the directory of the workspace binds of sandbox id.
 func (b *Backend) bindPath(id string) string { return filepath.Join(b.mountDir, id) }
+
+// classOf is the RuntimeClass of a sandbox of spec: its policy's, or the
+// daemon's default.
+func (b *Backend) classOf(spec sandbox.Spec) string {
+	if spec.Policy != nil && spec.Policy.RuntimeClass != "" {
+		return spec.Policy.RuntimeClass
+	}
+	return b.runtimeClass
+}
 
 // podHostname is sandbox id's host name: a DNS label, so no underscore.
 func podHostname(id string) string { return strings.ReplaceAll(id, "_", "-") }
@@ -251,7 +267,7 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 	if err != nil {
 		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, err)
 	}
-	if err := b.onNode(running, spec.Limits.Pids); err != nil {
+	if err := b.onNode(ctx, running, spec.Limits.Pids); err != nil {
 		if b.requireNode {
 			return sandbox.Info{}, fmt.Errorf("creating sandbox %s: pod %s: %w", req.ID, pod.Name, err)
 		}
@@ -262,15 +278,21 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 
 // onNode does on the pod's node what the pod spec cannot say (see
 // node_linux.go): the sandbox's own pids limit, and no writable host file
-// at /dev/termination-log. Under a RuntimeClass the container's processes
-// are the runtime's (gVisor's sentry), whose mount namespace is not the
-// sandbox's, so only the limit is set.
-func (b *Backend) onNode(p *corev1.Pod, pids int64) error {
+// at /dev/termination-log. Under a RuntimeClass whose handler is not runc
+// the container's processes are the runtime's (gVisor's sentry), whose
+// mount namespace is not the sandbox's, so only the limit is set.
+func (b *Backend) onNode(ctx context.Context, p *corev1.Pod, pids int64) error {
 	if err := limitPids(string(p.UID), pids); err != nil {
 		return err
 	}
-	if b.runtimeClass != "" {
-		return nil
+	if rc := p.Spec.RuntimeClassName; rc != nil {
+		c, err := b.c.NodeV1().RuntimeClasses().Get(ctx, *rc, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("RuntimeClass %s: %w", *rc, apiErr(err))
+		}
+		if c.Handler != "runc" {
+			return nil
+		}
 	}
 	id, err := containerID(p)
 	if err != nil {
@@ -336,6 +358,9 @@ func (b *Backend) validate(req sandbox.CreateRequest, spec sandbox.Spec) error {
 		return errdefs.Invalid("uid:gid %d:%d: sandboxes run as a non-root user and group", req.UID, req.GID)
 	case spec.Backend != "" && spec.Backend != Name:
 		return errdefs.Invalid("spec asks for backend %q, this is %q", spec.Backend, Name)
+	}
+	if rc := b.classOf(spec); rc != b.runtimeClass && !slices.Contains(b.classes, rc) {
+		return errdefs.Invalid("policy runtime_class %q is not one this daemon allows (kubernetes.runtime_classes: %s)", rc, strings.Join(b.classes, ", "))
 	}
 	return req.CheckHostPaths(false)
 }
@@ -438,8 +463,8 @@ func (b *Backend) pod(req sandbox.CreateRequest, spec sandbox.Spec, files, tmpDi
 		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(etcDir, f.Name), Type: &file}}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: f.Target, ReadOnly: true})
 	}
-	if b.runtimeClass != "" {
-		p.Spec.RuntimeClassName = &b.runtimeClass
+	if rc := b.classOf(spec); rc != "" {
+		p.Spec.RuntimeClassName = &rc
 	}
 	return p
 }
