@@ -95,6 +95,19 @@ func TestDependencyAdmission(t *testing.T) {
 			t.Errorf("the workspace's status names the artifact: %+v", c)
 		}
 	}
+	// Nor does a fork's.
+	fork, err := h.m.ForkWorkspace(ctx, w.ID, ForkRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err = h.m.Status(ctx, fork.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range st.Changes {
+		if strings.HasPrefix(c.Path, ".agentbox/") {
+			t.Errorf("the fork's status names the artifact: %+v", c)
+		}
+	}
 
 	// Denials: nothing is written, each is recorded with its reason.
 	for _, tt := range []struct{ spec, want, path string }{

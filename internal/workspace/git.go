@@ -69,6 +69,17 @@ func ForkHostGit(ctx context.Context, parentDir, dir, mirror string) error {
 	if err := InitHostGit(ctx, dir, mirror, filepath.Join(HostGitDir(parentDir), "index")); err != nil {
 		return err
 	}
+	// What the parent keeps out of its results (Exclude), the fork does too.
+	parentExclude := filepath.Join(HostGitDir(parentDir), "info", "exclude")
+	if _, err := os.Stat(parentExclude); err == nil {
+		exclude := filepath.Join(HostGitDir(dir), "info", "exclude")
+		if err := os.Remove(exclude); err != nil {
+			return err
+		}
+		if err := copyFile(parentExclude, exclude); err != nil {
+			return err
+		}
+	}
 	src := filepath.Join(HostGitDir(parentDir), "objects")
 	dst := filepath.Join(HostGitDir(dir), "objects")
 	fans, err := os.ReadDir(src)
