@@ -52,7 +52,7 @@ func (c *cli) sandboxCreateCmd() *cobra.Command {
 	var memory, tmp, policyFile string
 	var allow []string
 	cmd := &cobra.Command{
-		Use:   "create --ws WS [--backend docker|gvisor|local] [--image IMG] [--cpus N] [--memory SIZE] [--pids N] [--policy FILE] [--allow HOST[:PORT]]...",
+		Use:   "create --ws WS [--backend docker|gvisor|local|kubernetes] [--image IMG] [--cpus N] [--memory SIZE] [--pids N] [--policy FILE] [--allow HOST[:PORT]]...",
 		Short: "Start a sandbox with the workspace mounted at /workspace",
 		Long: `Start a sandbox with the workspace mounted at /workspace.
 
@@ -86,7 +86,7 @@ sandbox may reach through the egress proxy (host, host:port or *.domain).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&req.Workspace, "ws", "", "workspace ID (required)")
-	fl.StringVar(&req.Backend, "backend", "", "docker, gvisor or local (default: the daemon's)")
+	fl.StringVar(&req.Backend, "backend", "", "docker, gvisor, local or kubernetes (default: the daemon's)")
 	fl.StringVar(&req.Image, "image", "", "image: a name in the engine, or oci:DIR[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE (a path on the daemon's host); default: the daemon's")
 	fl.Float64Var(&req.Limits.CPUs, "cpus", 0, "CPU quota in cores")
 	fl.StringVar(&memory, "memory", "", "memory limit, e.g. 512M or 2G (no swap)")

@@ -24,7 +24,7 @@ type SandboxLimits struct {
 type SandboxRequest struct {
 	// Workspace is the ID of the workspace mounted at /workspace.
 	Workspace string `json:"workspace"`
-	// Backend is docker, gvisor or local; empty: the daemon's default.
+	// Backend is docker, gvisor, local or kubernetes; empty: the daemon's default.
 	Backend string `json:"backend,omitempty"`
 	// Image is an image in the engine (docker, gvisor) or an unpacked
 	// root (local); empty: the default image.

@@ -274,7 +274,7 @@ func (c Config) Manifest() (*deps.Manifest, error) { return deps.NewManifest(c.D
 type E2BTemplate struct {
 	// Image is an image in the engine; empty: default_image.
 	Image string `json:"image"`
-	// Backend is docker, gvisor or local; empty: default_backend.
+	// Backend is one of Backends; empty: default_backend.
 	Backend string `json:"backend"`
 	// User is the account E2B code runs as (E2B's "user"); a command that
 	// asks for another is refused. Default "user".
@@ -290,7 +290,7 @@ type E2BTemplate struct {
 // pooled environments; a pool of another starts nothing and its sandboxes
 // start cold.
 type WarmPool struct {
-	// Backend is docker, gvisor or local; empty means default_backend.
+	// Backend is one of Backends; empty means default_backend.
 	Backend string `json:"backend"`
 	// Image is an image in the engine; empty means default_image.
 	Image string `json:"image"`

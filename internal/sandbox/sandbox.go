@@ -76,7 +76,7 @@ var DefaultLimits = Limits{CPUs: 1, MemoryBytes: 1 << 30, Pids: 512, TmpBytes: 2
 // Spec is what a sandbox is made from. It is recorded with the sandbox so
 // that a replacement gets exactly the same.
 type Spec struct {
-	// Backend is "docker", "gvisor" or "local".
+	// Backend is "docker", "gvisor", "local" or "kubernetes".
 	Backend string `json:"backend"`
 	// Image is an image name in the engine (any backend; local unpacks it),
 	// the name of a root file system `image build` unpacked (local), or an

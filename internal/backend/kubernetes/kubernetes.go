@@ -282,7 +282,11 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 // the container's processes are the runtime's (gVisor's sentry), whose
 // mount namespace is not the sandbox's, so only the limit is set.
 func (b *Backend) onNode(ctx context.Context, p *corev1.Pod, pids int64) error {
-	if err := limitPids(string(p.UID), pids); err != nil {
+	dir, err := podCgroup(string(p.UID))
+	if err != nil {
+		return err
+	}
+	if err := limitPids(dir, pids); err != nil {
 		return err
 	}
 	if rc := p.Spec.RuntimeClassName; rc != nil {
@@ -298,7 +302,7 @@ func (b *Backend) onNode(ctx context.Context, p *corev1.Pod, pids int64) error {
 	if err != nil {
 		return err
 	}
-	procs, err := containerPids(string(p.UID), id)
+	procs, err := containerPids(dir, id)
 	if err != nil {
 		return err
 	}
@@ -329,7 +333,11 @@ func (b *Backend) Pids(ctx context.Context, ref string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	return containerPids(string(p.UID), id)
+	dir, err := podCgroup(string(p.UID))
+	if err != nil {
+		return nil, err
+	}
+	return containerPids(dir, id)
 }
 
 // validate checks what Create needs before anything is made.
@@ -474,42 +482,58 @@ func (b *Backend) pod(req sandbox.CreateRequest, spec sandbox.Spec, files, tmpDi
 func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.startTimeout)
 	defer cancel()
+	p, gone, err := b.waitPod(ctx, pod, started)
+	switch {
+	case gone:
+		return nil, fmt.Errorf("deleted while starting: %w", errdefs.ErrNotFound)
+	case err != nil:
+		return nil, startErr(ctx, err)
+	}
+	return p, nil
+}
+
+// waitPod watches pod p, as last read, until done says so (its error ends
+// the wait too), the pod is gone (gone: deleted, or its name taken by
+// another pod), or ctx ends. A watch the server ends is opened again from
+// the pod read anew.
+func (b *Backend) waitPod(ctx context.Context, p *corev1.Pod, done func(*corev1.Pod) (bool, error)) (_ *corev1.Pod, gone bool, _ error) {
+	pods := b.c.CoreV1().Pods(b.ns)
+	uid := p.UID
 	for {
-		if done, err := started(pod); done || err != nil {
-			return pod, err
+		if ok, err := done(p); ok || err != nil {
+			return p, false, err
 		}
-		w, err := b.c.CoreV1().Pods(b.ns).Watch(ctx, metav1.ListOptions{
-			FieldSelector:   "metadata.name=" + pod.Name,
-			ResourceVersion: pod.ResourceVersion,
-		})
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + p.Name, ResourceVersion: p.ResourceVersion})
 		if err != nil {
-			return nil, startErr(ctx, apiErr(err))
+			return p, false, apiErr(err)
 		}
 		for ev := range w.ResultChan() {
-			switch ev.Type {
-			case watch.Deleted:
+			if ev.Type == watch.Deleted {
 				w.Stop()
-				return nil, fmt.Errorf("deleted while starting: %w", errdefs.ErrNotFound)
-			case watch.Error:
+				return p, true, nil
+			}
+			q, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type == watch.Error {
 				continue
 			}
-			if p, ok := ev.Object.(*corev1.Pod); ok {
-				pod = p
-				if done, err := started(pod); done || err != nil {
-					w.Stop()
-					return pod, err
-				}
+			p = q
+			if ok, err := done(p); ok || err != nil {
+				w.Stop()
+				return p, false, err
 			}
 		}
 		w.Stop()
-		if ctx.Err() != nil {
-			return nil, startErr(ctx, ctx.Err())
+		if err := ctx.Err(); err != nil {
+			return p, false, err
 		}
-		// The watch ended (the server closes them now and then): read
-		// the pod again and watch from there.
-		if pod, err = b.c.CoreV1().Pods(b.ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
-			return nil, startErr(ctx, apiErr(err))
+		q, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && q.UID != uid) {
+			return p, true, nil
 		}
+		if err != nil {
+			return p, false, apiErr(err)
+		}
+		p = q
 	}
 }
 
@@ -649,34 +673,8 @@ func (b *Backend) stop(ctx context.Context, name string) error {
 		}
 		return apiErr(err)
 	}
-	for !ended(p) {
-		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: p.ResourceVersion})
-		if err != nil {
-			return apiErr(err)
-		}
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Deleted {
-				w.Stop()
-				return nil
-			}
-			if q, ok := ev.Object.(*corev1.Pod); ok {
-				p = q
-				if ended(p) {
-					break
-				}
-			}
-		}
-		w.Stop()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if p, err = pods.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return nil
-		} else if err != nil {
-			return apiErr(err)
-		}
-	}
-	return nil
+	_, _, err = b.waitPod(ctx, p, func(p *corev1.Pod) (bool, error) { return ended(p), nil })
+	return err
 }
 
 // ended reports whether every process of pod p has ended.
@@ -755,34 +753,10 @@ func (b *Backend) delete(ctx context.Context, name string, grace int64) error {
 	if err != nil {
 		return apiErr(err)
 	}
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: p.ResourceVersion})
-	if err != nil {
-		return apiErr(err)
-	}
-	defer w.Stop()
-	for {
-		// A watch may end before the pod does: look again each time.
-		cur, err := pods.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
-			return nil
-		}
-		if err != nil {
-			return apiErr(err)
-		}
-		select {
-		case ev, ok := <-w.ResultChan():
-			if ok && ev.Type == watch.Deleted {
-				return nil
-			}
-			if !ok {
-				if w, err = pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name}); err != nil {
-					return apiErr(err)
-				}
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	// Until it is gone: the API server keeps it until the kubelet has
+	// ended its containers.
+	_, _, err = b.waitPod(ctx, p, func(*corev1.Pod) (bool, error) { return false, nil })
+	return err
 }
 
 // apiErr classifies an error of the API server.

@@ -63,15 +63,11 @@ func podCgroup(uid string) (string, error) {
 	return "", fmt.Errorf("no cgroup of pod %s on this host (is the daemon on the pod's node, in its cgroup namespace?)", uid)
 }
 
-// limitPids writes the sandbox's pids limit into its pod's cgroup.
+// limitPids writes the sandbox's pids limit into its pod's cgroup dir.
 // Kubernetes has no per-pod pids limit in the pod spec (only the
 // kubelet's podPidsLimit for every pod of the node). It runs before Create
 // returns, when the guest has started no command yet.
-func limitPids(uid string, pids int64) error {
-	dir, err := podCgroup(uid)
-	if err != nil {
-		return err
-	}
+func limitPids(dir string, pids int64) error {
 	f := filepath.Join(dir, "pids.max")
 	if err := os.WriteFile(f, []byte(strconv.FormatInt(pids, 10)), 0); err != nil {
 		return fmt.Errorf("pids limit %s: %w", f, err)
@@ -79,13 +75,10 @@ func limitPids(uid string, pids int64) error {
 	return nil
 }
 
-// containerPids are the host pids in the cgroup of the pod's container
-// with id (a CRI container id, without the "containerd://").
-func containerPids(uid, id string) ([]int, error) {
-	dir, err := podCgroup(uid)
-	if err != nil {
-		return nil, err
-	}
+// containerPids are the host pids in the cgroup of the container with id
+// (a CRI container id, without the "containerd://") of the pod whose
+// cgroup is dir.
+func containerPids(dir, id string) ([]int, error) {
 	for _, name := range []string{id, "cri-containerd-" + id + ".scope", "crio-" + id + ".scope", "docker-" + id + ".scope"} {
 		b, err := os.ReadFile(filepath.Join(dir, name, "cgroup.procs"))
 		if errors.Is(err, os.ErrNotExist) {
