@@ -154,18 +154,8 @@ const etcHosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopbac
 // sandbox has no network, and the names its proxy requests carry are
 // resolved by the daemon.
 func Etc(dir, hostname string) (func() error, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("/etc files: %w", err)
-	}
-	release := func() error {
-		err := anonmount.Detach(dir)
-		if rerr := os.Remove(dir); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
-			err = fmt.Errorf("/etc files: %w", rerr)
-		}
-		return err
-	}
-	if err := anonmount.Tmpfs(dir, 64<<10, 16); err != nil {
-		release()
+	release, err := mountAt(dir, "/etc files", func() error { return anonmount.Tmpfs(dir, 64<<10, 16) })
+	if err != nil {
 		return nil, err
 	}
 	content := map[string]string{"hostname": hostname + "\n", "hosts": etcHosts, "resolv.conf": ""}
@@ -184,19 +174,31 @@ func Etc(dir, hostname string) (func() error, error) {
 // once the runtime has bound it into the container. Its pages are charged
 // to the memory cgroup of whoever writes them: the sandbox.
 func Tmp(dir string, size int64) (func() error, error) {
+	return mountAt(dir, "/tmp", func() error {
+		if err := unix.Mount(anonmount.Source, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("mode=1777,size=%d", size)); err != nil {
+			return fmt.Errorf("mounting /tmp at %s: %w", dir, err)
+		}
+		return nil
+	})
+}
+
+// mountAt makes directory dir, mounts there what mount mounts, and
+// returns how to take it off the host again (detach, remove dir). what
+// names it in errors. On error nothing is left.
+func mountAt(dir, what string, mount func() error) (func() error, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("/tmp: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	release := func() error {
 		err := anonmount.Detach(dir)
 		if rerr := os.Remove(dir); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
-			err = fmt.Errorf("/tmp: %w", rerr)
+			err = fmt.Errorf("%s: %w", what, rerr)
 		}
 		return err
 	}
-	if err := unix.Mount(anonmount.Source, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("mode=1777,size=%d", size)); err != nil {
+	if err := mount(); err != nil {
 		release()
-		return nil, fmt.Errorf("mounting /tmp at %s: %w", dir, err)
+		return nil, err
 	}
 	return release, nil
 }
