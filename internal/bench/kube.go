@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -24,14 +25,7 @@ const CaseKubectlRun = "kubectl run IMG true (until Succeeded)"
 const benchNamespace = "agentbox-bench"
 
 // knownBackend reports whether b can be named to a benchmark.
-func knownBackend(b string) bool {
-	for _, k := range AllBackends {
-		if k == b {
-			return true
-		}
-	}
-	return b == BackendKubernetes
-}
+func knownBackend(b string) bool { return slices.Contains(AllBackends, b) || b == BackendKubernetes }
 
 // openKubernetes is the kubernetes backend on the cluster of
 // e.opts.Kubeconfig, in the benchmark's namespace, on this node.
