@@ -53,20 +53,6 @@ func dependencySpec(args json.RawMessage) (string, error) {
 	return a.Spec, nil
 }
 
-// DependencyToolResult runs one add_dependency call and returns the tool
-// result the model reads: what was admitted and installed, or why not.
-func DependencyToolResult(ctx context.Context, env Env, args json.RawMessage) string {
-	spec, err := dependencySpec(args)
-	if err != nil {
-		return "error: " + err.Error()
-	}
-	d, err := addDependency(ctx, env, spec)
-	if err != nil {
-		return err.Error()
-	}
-	return fmt.Sprintf("admitted %s:%s@%s (%s), installed in the sandbox from %s", d.Ecosystem, d.Name, d.Version, d.Integrity, d.Path)
-}
-
 func addDependency(ctx context.Context, env Env, spec string) (apitypes.Dependency, error) {
 	de, ok := env.(Dependencies)
 	if !ok {
@@ -103,15 +89,7 @@ func (e WorkspaceEnv) AddDependency(ctx context.Context, spec string) (apitypes.
 		return d, fmt.Errorf("dependency %s admitted, but installing it failed: %w", spec, err)
 	}
 	if out.ExitCode != 0 || out.TimedOut {
-		return d, fmt.Errorf("dependency %s admitted, but %q failed (exit %d):\n%s", spec, d.Install, out.ExitCode, Fence(boundText(out.Stderr+out.Stdout, 4<<10)))
+		return d, fmt.Errorf("dependency %s admitted, but %q failed (exit %d):\n%s", spec, d.Install, out.ExitCode, Fence(out.Stderr+out.Stdout))
 	}
 	return d, nil
-}
-
-// boundText keeps the tail of s within n bytes.
-func boundText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "[…]" + s[len(s)-n:]
 }

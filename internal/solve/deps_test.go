@@ -119,29 +119,3 @@ func TestDependencyDenied(t *testing.T) {
 		t.Error("the coder is not offered add_dependency")
 	}
 }
-
-// TestDependencyToolResult: the tool result a turn-by-turn coder gets.
-func TestDependencyToolResult(t *testing.T) {
-	pad := depstest.NPMPackage(t, "pad-it", "1.0.0", nil)
-	reg := depstest.NewRegistry(t, pad)
-	m, _ := deps.NewManifest([]deps.Entry{reg.Entry(pad)})
-	a, err := deps.New(deps.Options{Manifest: m, Dial: depstest.Dial(depstest.Proxy(t, egress.Options{})), TempDir: t.TempDir(), RootCAs: reg.Roots()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := depsEnv{memEnv: &memEnv{files: map[string]string{}}, a: a}
-	for _, tt := range []struct{ args, want string }{
-		{`{"spec": "npm:pad-it@1.0.0"}`, "admitted npm:pad-it@1.0.0 (" + pad.Integrity + "), installed in the sandbox from .agentbox/deps/pad-it-1.0.0.tgz"},
-		{`{"spec": "npm:left-pad@1.3.0"}`, "dependency npm:left-pad@1.3.0 denied: npm package left-pad is not in the approved manifest"},
-		{`{"spec": "npm:pad-it@latest"}`, `dependency npm:pad-it@latest denied: version "latest" is not pinned`},
-		{`{"spec": ""}`, "error: an add_dependency call names no package"},
-	} {
-		if got := DependencyToolResult(t.Context(), env, json.RawMessage(tt.args)); !strings.HasPrefix(got, tt.want) {
-			t.Errorf("DependencyToolResult(%s) = %q, want %q", tt.args, got, tt.want)
-		}
-	}
-	// An Env that cannot admit denies, saying so.
-	if got := DependencyToolResult(t.Context(), env.memEnv, json.RawMessage(`{"spec": "npm:pad-it@1.0.0"}`)); got != "dependency npm:pad-it@1.0.0 denied: this run admits no dependencies" {
-		t.Errorf("without admission: %q", got)
-	}
-}

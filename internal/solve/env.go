@@ -24,23 +24,7 @@ type WorkspaceEnv struct {
 const maxFindFiles = 2000
 
 func (e WorkspaceEnv) Files(ctx context.Context) ([]string, error) {
-	fs, release, err := e.M.Files(ctx, e.WS, false)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	res, err := fs.Find(ctx, apitypes.FindRequest{Pattern: "*", Type: "file", MaxResults: maxFindFiles})
-	if err != nil {
-		return nil, fmt.Errorf("listing workspace %s: %w", e.WS, err)
-	}
-	out := make([]string, 0, len(res.Matches))
-	for _, f := range res.Matches {
-		if f.Path == ".git" || strings.HasPrefix(f.Path, ".git/") {
-			continue
-		}
-		out = append(out, f.Path)
-	}
-	return out, nil
+	return e.List(ctx, "", "*", maxFindFiles)
 }
 
 // capWriter keeps the first max bytes written and drops the rest.

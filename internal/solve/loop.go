@@ -206,7 +206,11 @@ func (l *loop) run(ctx context.Context) (string, string) {
 				if ctx.Err() != nil {
 					return l.ctxReason(ctx)
 				}
-				applyErr = err.Error()
+				// Redacted before it is recorded: it may carry the
+				// sandbox's output (a failed install), and records are
+				// what `solve logs` shows.
+				applyErr, _ = l.cfg.Redactor.Redact(err.Error())
+				applyErr, _ = Bound(applyErr, MaxFeedback)
 			}
 			if err := l.record(ctx, Coder, KindApplied, applyErr, Usage{}); err != nil {
 				return "error: " + err.Error(), ""
@@ -214,8 +218,7 @@ func (l *loop) run(ctx context.Context) (string, string) {
 		}
 		if reason, detail, ok := l.step(ctx, Executor, KindExecution, &res, func() (any, Usage, error) {
 			if applyErr != "" {
-				msg, _ := l.cfg.Redactor.Redact(applyErr)
-				return ExecutionResult{Command: "apply the patch", ExitCode: 1, Output: msg, Category: CatOther, Signature: Signature(CatOther, msg)}, Usage{}, nil
+				return ExecutionResult{Command: "apply the patch", ExitCode: 1, Output: applyErr, Category: CatOther, Signature: Signature(CatOther, applyErr)}, Usage{}, nil
 			}
 			return noUsage(Execute(ctx, l.env, l.cfg.Test, l.cfg.TestTimeout, l.cfg.Redactor))
 		}); !ok {

@@ -303,11 +303,16 @@ func (r *Runner) run(ctx context.Context, run *store.SolveRun) error {
 	if err != nil {
 		return err
 	}
+	// A phase record that does not decode ends the run: going on from an
+	// empty one would fork nothing, or fork an empty workspace ID.
+	var bad error
 	find := func(kind string) (phaseDoc, bool) {
 		for _, s := range phases {
 			if s.Kind == kind {
 				var d phaseDoc
-				json.Unmarshal(s.Doc, &d)
+				if err := json.Unmarshal(s.Doc, &d); err != nil && bad == nil {
+					bad = fmt.Errorf("solve run %s: its %s record does not decode: %w", run.ID, kind, err)
+				}
 				return d, true
 			}
 		}
@@ -334,6 +339,9 @@ func (r *Runner) run(ctx context.Context, run *store.SolveRun) error {
 		return err
 	}
 	wsDoc, ok := find(phaseWorkspace)
+	if bad != nil {
+		return bad
+	}
 	if !ok {
 		for _, w := range mine {
 			if w.Branch == wsBranch {
@@ -353,6 +361,9 @@ func (r *Runner) run(ctx context.Context, run *store.SolveRun) error {
 	}
 	run.Workspace = wsDoc.Workspace
 	forks, ok := find(phaseForks)
+	if bad != nil {
+		return bad
+	}
 	if !ok {
 		// Forks made before a crash and not recorded go: the attempts
 		// start together from the workspace as it is.
@@ -492,17 +503,17 @@ func (r *Runner) attempt(ctx context.Context, run *store.SolveRun, i int, cfg Co
 	ws := run.Attempts[i].Workspace
 	mu.Unlock()
 	j := &journal{m: r.m, run: run.ID, attempt: n}
-	recs, err := j.Load(ctx)
-	if err != nil {
+	if _, err := j.Load(ctx); err != nil {
 		return err
 	}
 	var review *phaseDoc
 	if k := len(j.steps); k > 0 && j.steps[k-1].Kind == phaseReview {
 		var d phaseDoc
-		json.Unmarshal(j.steps[k-1].Doc, &d)
+		if err := json.Unmarshal(j.steps[k-1].Doc, &d); err != nil {
+			return fmt.Errorf("solve run %s, attempt %d: its review record does not decode: %w", run.ID, n, err)
+		}
 		review = &d
 	}
-	_ = recs
 	stop, err := Run(ctx, cfg, WorkspaceEnv{M: r.m, WS: ws}, j)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -578,6 +579,8 @@ func (g Git) Exclude(pattern string) error {
 	if pattern == "" || strings.ContainsAny(pattern, "\n\r") {
 		return errdefs.Invalid("exclude pattern %q", pattern)
 	}
+	excludeMu.Lock()
+	defer excludeMu.Unlock()
 	dir := filepath.Join(HostGitDir(g.Dir), "info")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("workspace %s: %w", filepath.Base(g.Dir), err)
@@ -595,13 +598,25 @@ func (g Git) Exclude(pattern string) error {
 	if len(old) > 0 && old[len(old)-1] != '\n' {
 		old = append(old, '\n')
 	}
-	tmp := f + ".tmp"
-	if err := os.WriteFile(tmp, append(old, pattern+"\n"...), 0o600); err != nil {
-		return fmt.Errorf("workspace %s: %w", filepath.Base(g.Dir), err)
+	tmp, err := os.CreateTemp(dir, "exclude.*")
+	if err == nil {
+		_, err = tmp.Write(append(old, pattern+"\n"...))
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), f)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
 	}
-	if err := os.Rename(tmp, f); err != nil {
-		os.Remove(tmp)
+	if err != nil {
 		return fmt.Errorf("workspace %s: %w", filepath.Base(g.Dir), err)
 	}
 	return nil
 }
+
+// excludeMu serialises Exclude's read-modify-write of info/exclude: two
+// admissions into one workspace may run at once.
+var excludeMu sync.Mutex

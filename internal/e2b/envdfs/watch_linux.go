@@ -79,7 +79,11 @@ func newHubs() *hubs { return &hubs{m: map[string]*hub{}} }
 func (hs *hubs) acquire(ws string) (*hub, error) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	if h := hs.m[ws]; h != nil {
+	if h := hs.m[ws]; h != nil && h.dead() {
+		// Its reader ended on an error and stopped its watches: new ones
+		// get a hub of their own, the old one goes with its last release.
+		delete(hs.m, ws)
+	} else if h != nil {
 		if h.refs >= maxWatchesPerWorkspace {
 			return nil, fmt.Errorf("workspace %s has %d watches already: %w", ws, h.refs, errdefs.ErrTooLarge)
 		}
@@ -102,7 +106,7 @@ func (hs *hubs) release(h *hub) {
 	hs.mu.Lock()
 	h.refs--
 	last := h.refs == 0
-	if last {
+	if last && hs.m[h.ws] == h {
 		delete(hs.m, h.ws)
 	}
 	hs.mu.Unlock()
@@ -127,6 +131,16 @@ type hub struct {
 	subs map[int32]map[*watch]string
 	// done is closed when read returns.
 	done chan struct{}
+}
+
+// dead reports whether read has returned.
+func (h *hub) dead() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // read dispatches events until the instance is closed. It never blocks on
