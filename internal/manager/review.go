@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"path"
 	"slices"
@@ -545,7 +544,7 @@ func (m *Manager) SetForge(ctx context.Context, f store.ForgeBinding) (store.For
 		}
 		// The token crosses the network in clear over http: only to a
 		// forge on this machine.
-		if ip := net.ParseIP(u.Hostname()); u.Scheme == "http" && u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if u.Scheme == "http" && !forgeapi.Loopback(u.Hostname()) {
 			return f, errdefs.Invalid("forge %s: API URL %q: plain http only to a loopback host; use https", f.Host, f.APIURL)
 		}
 	}
