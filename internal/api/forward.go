@@ -328,6 +328,8 @@ func (s *Server) ownerFunc(method, pattern string) func(*http.Request) (manager.
 		return func(r *http.Request) (manager.Owner, error) { return m.SandboxOwner(r.Context(), r.PathValue("id")) }
 	case method == "POST" && strings.HasPrefix(pattern, "/v1/candidates/{id}"):
 		return func(r *http.Request) (manager.Owner, error) { return m.CandidateOwner(r.Context(), r.PathValue("id")) }
+	case method == "GET" && pattern == "/v1/execs/{id}/output":
+		return func(r *http.Request) (manager.Owner, error) { return m.ExecOwner(r.Context(), r.PathValue("id")) }
 	case method == "POST" && pattern == "/v1/solve/{id}/cancel":
 		return func(r *http.Request) (manager.Owner, error) { return m.SolveRunOwner(r.Context(), r.PathValue("id")) }
 	}

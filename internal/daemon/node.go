@@ -117,11 +117,13 @@ func runNode(ctx context.Context, st store.Store, cfg config.Config, addr string
 				return
 			case <-t.C:
 			}
-			if err := st.HeartbeatNode(beatCtx, id, clock(beatCtx)); errors.Is(err, errdefs.ErrNotFound) {
+			err := st.HeartbeatNode(beatCtx, id, clock(beatCtx))
+			if errors.Is(err, errdefs.ErrNotFound) {
 				// Removed behind our back: register again.
 				n.HeartbeatAt = clock(beatCtx)
 				err = st.RegisterNode(beatCtx, n)
-			} else if err != nil && beatCtx.Err() == nil {
+			}
+			if err != nil && beatCtx.Err() == nil {
 				log.Warn("node heartbeat failed", "node_id", id, "err", err)
 			}
 		}

@@ -99,6 +99,11 @@ type Owner struct {
 
 // WorkspaceOwner returns the owner of workspace id.
 func (m *Manager) WorkspaceOwner(ctx context.Context, id string) (Owner, error) {
+	// Workspace routes that run commands take a sandbox ID too.
+	id, err := m.targetWorkspace(ctx, id)
+	if err != nil {
+		return Owner{}, err
+	}
 	w, err := m.st.GetWorkspace(ctx, id)
 	if err != nil {
 		return Owner{}, err
@@ -139,6 +144,16 @@ func (m *Manager) CandidateOwner(ctx context.Context, id string) (Owner, error) 
 		return Owner{}, err
 	}
 	return m.WorkspaceOwner(ctx, c.WorkspaceID)
+}
+
+// ExecOwner returns the owner of exec id: its workspace's, where it runs
+// and its live output is kept.
+func (m *Manager) ExecOwner(ctx context.Context, id string) (Owner, error) {
+	x, err := m.st.GetExec(ctx, id)
+	if err != nil {
+		return Owner{}, err
+	}
+	return m.WorkspaceOwner(ctx, x.WorkspaceID)
 }
 
 func (m *Manager) ownerOf(ctx context.Context, node string) (Owner, error) {
