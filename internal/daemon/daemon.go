@@ -201,9 +201,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(ad
 	if err := solver.Resume(ctx); err != nil {
 		log.Warn("resuming solve runs", "err", err)
 	}
-	nodeKey, err := clusterKey(ctx, st)
-	if err != nil {
-		return err
+	// Forwarding between nodes only where several can share the store
+	// (PostgreSQL): a SQLite store is this daemon's alone, and looking up
+	// an owner would cost every request a read for nothing.
+	var nodeKey []byte
+	if cfg.Store != "" {
+		if nodeKey, err = clusterKey(ctx, st); err != nil {
+			return err
+		}
 	}
 	apiServer := api.New(m, api.Options{Token: cfg.Token, Logger: log, Metrics: metrics.Handler(), MCP: mcpHTTP, Solver: solver, NodeKey: nodeKey})
 	// The web dashboard at / and /ui/, in front of the API: it logs in
