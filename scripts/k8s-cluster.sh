@@ -19,7 +19,8 @@
 # the cluster's CA. Everything listens on 127.0.0.1 only.
 #
 # `up` is idempotent: a running cluster is reused (it checks the API server and the
-# node's readiness), a stale one is stopped first. On success it prints the kubeconfig's
+# node's readiness); of a partly running one, the parts that run are kept and the others
+# started. Concurrent calls wait for each other. On success it prints the kubeconfig's
 # path (also at ${STATE}/admin.kubeconfig). `down` stops every part and removes the pods'
 # containers; state (certificates, images) stays for the next `up`; `down --purge` removes
 # it too.
@@ -27,6 +28,7 @@
 # Environment:
 #   AGENTBOX_CACHE     where setup-k8s.sh cached the binaries (default /var/cache/agentbox)
 #   AGENTBOX_K8S_STATE the cluster's state (default /var/lib/agentbox-k8s)
+#   AGENTBOX_K8S_RUN   pid files, the lock and containerd's socket (default /run/agentbox-k8s)
 #   AGENTBOX_K8S_IMAGES images to import from dockerd (default: agentbox/busybox:latest
 #                      agentbox/debian:bookworm); each is imported when missing or changed
 set -euo pipefail
@@ -34,7 +36,7 @@ set -euo pipefail
 readonly K8S_VERSION=v1.34.2
 readonly BIN=${AGENTBOX_CACHE:-/var/cache/agentbox}/k8s/${K8S_VERSION}
 readonly STATE=${AGENTBOX_K8S_STATE:-/var/lib/agentbox-k8s}
-readonly RUN=/run/agentbox-k8s
+readonly RUN=${AGENTBOX_K8S_RUN:-/run/agentbox-k8s}
 readonly LOGS=/var/log/agentbox-k8s
 readonly HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly CTRD_SOCK=${RUN}/containerd.sock
@@ -54,10 +56,28 @@ die() {
 kubectl() { "$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig" "$@"; }
 
 pidfile() { echo "$RUN/$1.pid"; }
+
+# starttime PID prints the process's start time in clock ticks since boot (field 22 of
+# /proc/PID/stat), which with the pid names one process: a pid alone may name another
+# process by now, since /run is not a tmpfs here and outlives a reboot or a restore
+# from a snapshot.
+starttime() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	# The fields after the command's name, which may hold spaces, start at field 3.
+	# shellcheck disable=SC2086 # split on purpose
+	set -- ${stat##*) }
+	echo "${20}"
+}
+
+# alive NAME: the process recorded for NAME by start runs (same pid, same start time).
 alive() {
-	local f
+	local f pid st
 	f=$(pidfile "$1")
-	[[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null
+	[[ -f $f ]] || return 1
+	read -r pid st <"$f" || true
+	[[ -n $pid && -n $st ]] || return 1
+	[[ $(starttime "$pid") == "$st" ]]
 }
 
 all_alive() {
@@ -72,25 +92,37 @@ start() {
 	if alive "$name"; then
 		return
 	fi
-	setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
-	echo $! >"$(pidfile "$name")"
+	setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null 9>&- &
+	local pid=$!
+	# setsid execs in the same process (a background job does not lead its group), so
+	# the start time read now stays the part's own.
+	echo "$pid $(starttime "$pid")" >"$(pidfile "$name")"
 }
 
 stop_part() {
-	local f
+	local f pid
 	f=$(pidfile "$1")
 	[[ -f $f ]] || return 0
-	local pid
-	pid=$(cat "$f")
-	if kill -0 "$pid" 2>/dev/null; then
+	if alive "$1"; then
+		read -r pid _ <"$f"
 		kill -TERM "$pid" 2>/dev/null || true
 		for _ in $(seq 50); do
-			kill -0 "$pid" 2>/dev/null || break
+			alive "$1" || break
 			sleep 0.1
 		done
-		kill -KILL "$pid" 2>/dev/null || true
+		if alive "$1"; then kill -KILL "$pid" 2>/dev/null || true; fi
 	fi
 	rm -f "$f"
+}
+
+# report: which parts run, and the end of each part's log, for a start that failed (CI
+# keeps only what the tests print).
+report() {
+	local p
+	for p in "${PARTS[@]}"; do
+		if alive "$p"; then log "$p: running"; else log "$p: not running"; fi
+		[[ -f $LOGS/$p.log ]] && tail -n 8 "$LOGS/$p.log" | sed "s/^/k8s-cluster:   $p: /" >&2
+	done
 }
 
 # wait_for WHAT SECONDS CMD...: polls CMD until it succeeds.
@@ -99,7 +131,10 @@ wait_for() {
 	shift 2
 	local deadline=$((SECONDS + secs))
 	until "$@" >/dev/null 2>&1; do
-		((SECONDS < deadline)) || die "$what did not come up in ${secs}s (logs in $LOGS)"
+		((SECONDS < deadline)) || {
+			report
+			die "$what did not come up in ${secs}s (logs in $LOGS)"
+		}
 		sleep 0.2
 	done
 }
@@ -359,7 +394,7 @@ down() {
 		stop_part "${PARTS[i]}"
 	done
 	# The kubelet's volume mounts.
-	grep -o " ${STATE}/kubelet/root/[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+	{ grep -o " ${STATE}/kubelet/root/[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	if [[ ${1:-} == --purge ]]; then
 		rm -rf "$STATE"
 	fi
@@ -378,13 +413,27 @@ crictl_rm() {
 status() {
 	local p
 	for p in "${PARTS[@]}"; do
-		if alive "$p"; then echo "$p: running (pid $(cat "$(pidfile "$p")"))"; else echo "$p: stopped"; fi
+		if alive "$p"; then echo "$p: running (pid $(cut -d' ' -f1 "$(pidfile "$p")"))"; else echo "$p: stopped"; fi
 	done
 }
 
+# lock: one up or down at a time (test binaries run in parallel and each brings the
+# cluster up); the lock dies with its holder.
+lock() {
+	mkdir -p "$RUN"
+	exec 9>"$RUN/lock"
+	flock 9
+}
+
 case ${1:-} in
-up) up ;;
-down) down "${2:-}" ;;
+up)
+	lock
+	up
+	;;
+down)
+	lock
+	down "${2:-}"
+	;;
 status) status ;;
 *) die "usage: k8s-cluster.sh up|down [--purge]|status" ;;
 esac
