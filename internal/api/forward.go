@@ -9,16 +9,21 @@ package api
 //
 // The forwarding node vouches for the caller, whose token never travels
 // on: the forwarded request carries an HMAC-SHA256, under a key the nodes
-// share through the store, of its method, path and query, the time, the
-// two nodes and the principal the first node authenticated. The owner
-// accepts it within forwardSkew of its own clock, addressed to itself,
-// and never forwards it again (a request that reaches a node which no
-// longer owns the object fails rather than loop).
+// share through the store, of its method, path and query, the time, a
+// nonce, the two nodes and the principal the first node authenticated.
+// The owner accepts it within forwardSkew of its own clock, addressed to
+// itself, once (a nonce it has seen within the window is a replay), and
+// never forwards it again (a request that reaches a node which no longer
+// owns the object fails rather than loop). The body is not signed: it
+// streams, and a party that can change it in flight could change the
+// caller's own request as well; nodes talk over a network their operator
+// trusts as much as the one clients use.
 
 import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -44,6 +49,7 @@ const (
 	hdrTo        = "X-Agentbox-Node-To"
 	hdrTime      = "X-Agentbox-Node-Time"
 	hdrPrincipal = "X-Agentbox-Principal"
+	hdrNonce     = "X-Agentbox-Node-Nonce"
 	hdrSig       = "X-Agentbox-Node-Signature"
 	// hdrServedBy names, in every reply to a forwarded request, the node
 	// that served it.
@@ -78,16 +84,21 @@ func forwarded(r *http.Request) bool {
 type forwarder struct {
 	self string
 	key  []byte
-	mu   sync.Mutex
+	// seen holds the nonces of the forwarded requests taken, each until
+	// its request falls out of the clock window.
+	seenMu  sync.Mutex
+	seen    map[string]time.Time
+	sweepAt int
+	mu      sync.Mutex
 	// proxies by node address, and the transports under them.
 	proxies    map[string]*httputil.ReverseProxy
 	transports map[string]http.RoundTripper
 }
 
 // sign returns the signature of a forwarded request.
-func (f *forwarder) sign(method, uri, at, from, to, principal string) string {
+func (f *forwarder) sign(method, uri, at, nonce, from, to, principal string) string {
 	mac := hmac.New(sha256.New, f.key)
-	for _, s := range []string{method, uri, at, from, to, principal} {
+	for _, s := range []string{method, uri, at, nonce, from, to, principal} {
 		mac.Write([]byte(s))
 		mac.Write([]byte{0})
 	}
@@ -101,21 +112,57 @@ func (f *forwarder) verify(r *http.Request, now time.Time) (string, error) {
 		return "", errors.New("this daemon takes no forwarded requests")
 	}
 	at, from, to, principal := r.Header.Get(hdrTime), r.Header.Get(hdrFrom), r.Header.Get(hdrTo), r.Header.Get(hdrPrincipal)
+	nonce := r.Header.Get(hdrNonce)
 	sec, err := strconv.ParseInt(at, 10, 64)
 	if err != nil {
 		return "", errors.New("forwarded request without a valid time")
 	}
-	if d := now.Sub(time.Unix(sec, 0)); d > forwardSkew || d < -forwardSkew {
+	if b, err := hex.DecodeString(nonce); err != nil || len(b) != nonceBytes {
+		return "", fmt.Errorf("forwarded request from node %s without a valid nonce", from)
+	}
+	sent := time.Unix(sec, 0)
+	if d := now.Sub(sent); d > forwardSkew || d < -forwardSkew {
 		return "", fmt.Errorf("forwarded request from node %s is %s away from this node's clock", from, d.Round(time.Second))
 	}
 	if to != f.self {
 		return "", fmt.Errorf("forwarded request is for node %s, not this one", to)
 	}
-	want := f.sign(r.Method, r.URL.RequestURI(), at, from, to, principal)
+	want := f.sign(r.Method, r.URL.RequestURI(), at, nonce, from, to, principal)
 	if !hmac.Equal([]byte(want), []byte(r.Header.Get(hdrSig))) {
 		return "", fmt.Errorf("forwarded request from node %s has a wrong signature", from)
 	}
+	if !f.firstSight(nonce, sent.Add(forwardSkew), now) {
+		return "", fmt.Errorf("forwarded request from node %s was replayed (its nonce was seen)", from)
+	}
 	return principal, nil
+}
+
+// nonceBytes is the length of a forwarded request's nonce.
+const nonceBytes = 16
+
+// firstSight records nonce until expires and reports whether it was new.
+// A request whose nonce has expired is refused by its time anyway.
+func (f *forwarder) firstSight(nonce string, expires, now time.Time) bool {
+	f.seenMu.Lock()
+	defer f.seenMu.Unlock()
+	if _, ok := f.seen[nonce]; ok {
+		return false
+	}
+	if f.seen == nil {
+		f.seen = map[string]time.Time{}
+	}
+	// Expired nonces go once the map has grown: the sweep costs one pass
+	// per doubling, not one per request.
+	if len(f.seen) >= f.sweepAt {
+		for n, exp := range f.seen {
+			if now.After(exp) {
+				delete(f.seen, n)
+			}
+		}
+		f.sweepAt = max(2*len(f.seen), 1024)
+	}
+	f.seen[nonce] = expires
+	return true
 }
 
 // proxy returns the reverse proxy to the node at addr.
@@ -174,15 +221,19 @@ func (f *forwarder) proxy(addr string) (*httputil.ReverseProxy, error) {
 
 // signHeaders sets the headers of a request forwarded to node to.
 func (f *forwarder) signHeaders(h http.Header, method, uri, to, principal string) {
-	for _, k := range []string{"Authorization", hdrFrom, hdrTo, hdrTime, hdrPrincipal, hdrSig} {
+	for _, k := range []string{"Authorization", hdrFrom, hdrTo, hdrTime, hdrNonce, hdrPrincipal, hdrSig} {
 		h.Del(k)
 	}
 	at := strconv.FormatInt(time.Now().Unix(), 10)
+	b := make([]byte, nonceBytes)
+	rand.Read(b) // never fails (crypto/rand)
+	nonce := hex.EncodeToString(b)
 	h.Set(hdrFrom, f.self)
 	h.Set(hdrTo, to)
 	h.Set(hdrTime, at)
+	h.Set(hdrNonce, nonce)
 	h.Set(hdrPrincipal, principal)
-	h.Set(hdrSig, f.sign(method, uri, at, f.self, to, principal))
+	h.Set(hdrSig, f.sign(method, uri, at, nonce, f.self, to, principal))
 }
 
 // call makes a request of this node's own to node to, signed as for the
