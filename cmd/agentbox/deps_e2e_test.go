@@ -128,6 +128,24 @@ func TestDependencies(t *testing.T) {
 	if !strings.Contains(d.logs.String(), `"msg":"egress resolve allowance used"`) && internal {
 		t.Errorf("the daemon did not log the allowance's use:\n%s", d.logs)
 	}
+	// The daemon's dial to the registry is in the event log as its own,
+	// beside the sandboxes' decisions (committed in batches, so polled).
+	daemonDial := func() bool {
+		for _, e := range ok("events", "--type", "egress.allowed")["events"].([]any) {
+			ev := e.(map[string]any)
+			detail, _ := ev["detail"].(string)
+			if ev["actor"] == "daemon" && strings.Contains(detail, `"for":"dependencies"`) && strings.Contains(detail, `"host":"`+npmRegistry+`"`) {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(10 * time.Second); !daemonDial(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("no egress.allowed event of the daemon's dial to %s:\n%v", npmRegistry, ok("events", "--type", "egress.allowed"))
+			break
+		}
+	}
 
 	// Installed offline in a docker sandbox of the tools image.
 	ok("sandbox", "create", "--ws", ws, "--backend", "docker", "--image", "agentbox/debian:tools")

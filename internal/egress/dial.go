@@ -21,10 +21,10 @@ import (
 // signature is that of net.Dialer.DialContext, for an http.Transport.
 //
 // A refusal wraps errdefs.ErrPolicyDenied and names the reason; every
-// decision is logged.
+// decision is logged and goes to Options.OnDecision, marked Daemon.
 func (p *Proxy) Dial(ctx context.Context, who string, allow Allowlist, network, address string) (net.Conn, error) {
 	start := time.Now()
-	d := Decision{SandboxID: who, Method: "DIAL"}
+	d := Decision{SandboxID: who, Daemon: true, Method: "DIAL"}
 	if network != "tcp" && network != "tcp4" && network != "tcp6" {
 		return nil, fmt.Errorf("egress dial %s: network %s: %w", quoteRaw(address), network, errdefs.ErrInvalid)
 	}
@@ -53,8 +53,10 @@ func (p *Proxy) Dial(ctx context.Context, who string, allow Allowlist, network, 
 	return nil, fmt.Errorf("egress to %s: %s: %w", net.JoinHostPort(d.Host, strconv.Itoa(d.Port)), ref.reason, errdefs.ErrPolicyDenied)
 }
 
-// logDial logs a host-side dial's decision as the proxy logs a sandbox's.
+// logDial logs a host-side dial's decision as the proxy logs a sandbox's,
+// and reports it to OnDecision.
 func (p *Proxy) logDial(ctx context.Context, d Decision, start time.Time) {
+	d.Duration = time.Since(start)
 	level, msg := slog.LevelInfo, "egress dial allowed"
 	if !d.Allowed {
 		level, msg = slog.LevelWarn, "egress dial denied"
@@ -70,6 +72,9 @@ func (p *Proxy) logDial(ctx context.Context, d Decision, start time.Time) {
 		slog.String(logAddr, addr),
 		slog.Bool(logAllowed, d.Allowed),
 		slog.String(logReason, d.Reason),
-		slog.Duration(logDuration, time.Since(start)),
+		slog.Duration(logDuration, d.Duration),
 	)
+	if p.onDecision != nil {
+		p.onDecision(d)
+	}
 }

@@ -100,8 +100,12 @@ type Sandbox struct {
 // Decision records what the proxy did with one request or tunnel. It is
 // reported once, when the request or tunnel ends.
 type Decision struct {
-	// SandboxID is the Sandbox.ID of the connection.
+	// SandboxID is the Sandbox.ID of the connection; for a dial of the
+	// daemon's own (Daemon), whom it dialed for (Proxy.Dial's who).
 	SandboxID string
+	// Daemon says the daemon itself dialed (Proxy.Dial): a host-side fetch
+	// on a sandbox's behalf, not a sandbox's request.
+	Daemon bool
 	// Method is "CONNECT" or the HTTP method of a forwarded request; empty
 	// when the request could not be parsed.
 	Method string

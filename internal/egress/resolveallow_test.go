@@ -181,6 +181,11 @@ func TestResolveAllowance(t *testing.T) {
 		t.Fatalf("Dial(%s): %v", addr, err)
 	}
 	c.Close()
+	// It is reported as every decision is, as the daemon's, for whom it
+	// dialed.
+	if d := e.next(); !d.Daemon || !d.Allowed || d.SandboxID != "deps" || d.Method != "DIAL" || d.Host != "mirror.test" || d.Port != int(port) || !d.Addr.IsValid() {
+		t.Errorf("the daemon's dial reported as %+v", d)
+	}
 	if e.p.ResolveAllowanceUses() != 2 {
 		t.Errorf("Dial did not count its use of the allowance: %d uses", e.p.ResolveAllowanceUses())
 	}
@@ -193,6 +198,10 @@ func TestResolveAllowance(t *testing.T) {
 		if !errors.Is(err, errdefs.ErrPolicyDenied) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Dial(%s) = %v, want denied: %s", tt.addr, err, tt.want)
 		}
+		if d := e.next(); !d.Daemon || d.Allowed || d.SandboxID != "deps" || d.Reason != tt.want {
+			t.Errorf("Dial(%s) reported as %+v, want denied: %s", tt.addr, d, tt.want)
+		}
 	}
+	e.noMore()
 	var _ net.Conn = c
 }

@@ -38,6 +38,7 @@ type Allowlist = interface {
 // egress.Decision, which converts to it.
 type EgressDecision struct {
 	SandboxID          string
+	Daemon             bool
 	Method             string
 	Host               string
 	Port               int
@@ -131,6 +132,15 @@ func (m *Manager) RecordEgress(d EgressDecision) {
 	typ := "egress.denied"
 	if d.Allowed {
 		typ = "egress.allowed"
+	}
+	if d.Daemon {
+		// The daemon's own dial, for a host-side fetch: in the event log
+		// beside the sandboxes' decisions, as the daemon's, metering none.
+		ev := eventRecord(context.Background(), store.Event{Time: time.Now().UTC(), Actor: "daemon", Type: typ},
+			map[string]any{"method": d.Method, "for": d.SandboxID, "host": d.Host, "port": d.Port, "addr": d.Addr,
+				"reason": d.Reason, "duration_ms": d.Duration.Milliseconds()})
+		m.enqueueEgress(store.EgressRecord{Event: ev})
+		return
 	}
 	// From memory while the sandbox lives, which is when decisions come.
 	m.liveMu.Lock()

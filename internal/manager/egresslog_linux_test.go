@@ -53,3 +53,35 @@ func TestEgressLogRecordsEveryDecision(t *testing.T) {
 		}
 	}
 }
+
+// A dial of the daemon's own (a host-side fetch for a dependency) is in
+// the event log as the daemon's, naming whom it dialed for, beside the
+// sandboxes' decisions, and meters nothing.
+func TestEgressLogRecordsDaemonDials(t *testing.T) {
+	h := newHarness(t, workspace.Overlay)
+	h.m.RecordEgress(EgressDecision{SandboxID: "dependencies", Daemon: true, Method: "DIAL", Host: "registry.test", Port: 443, Allowed: true, Reason: "allowed"})
+	h.m.RecordEgress(EgressDecision{SandboxID: "dependencies", Daemon: true, Method: "DIAL", Host: "evil.test", Port: 443, Reason: "host not in allowlist"})
+	h.m.FlushEgress()
+	evs, err := h.m.Events(context.Background(), store.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range evs {
+		if ev.Type != "egress.allowed" && ev.Type != "egress.denied" {
+			continue
+		}
+		var d struct{ For, Host, Reason string }
+		if err := json.Unmarshal([]byte(ev.Detail), &d); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %s sandbox=%q for=%s host=%s reason=%s", ev.Actor, ev.Type, ev.SandboxID, d.For, d.Host, d.Reason))
+	}
+	want := []string{
+		`daemon egress.allowed sandbox="" for=dependencies host=registry.test reason=allowed`,
+		`daemon egress.denied sandbox="" for=dependencies host=evil.test reason=host not in allowlist`,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events:\n%q\nwant\n%q", got, want)
+	}
+}
