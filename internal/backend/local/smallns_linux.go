@@ -120,8 +120,9 @@ func enterSmallNamespace(stageDir, cgroupRoot, bwrap string) error {
 	if err := bind(stageDir, false); err != nil {
 		return err
 	}
-	// bubblewrap mounts its own tmpfs on /tmp.
-	if err := os.Mkdir(filepath.Join(root, "tmp"), 0o1777); err != nil {
+	// bubblewrap mounts its own tmpfs on /tmp. It may be there already,
+	// on the way to a bwrap that lives under /tmp.
+	if err := os.Mkdir(filepath.Join(root, "tmp"), 0o1777); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	old := filepath.Join(root, ".old")

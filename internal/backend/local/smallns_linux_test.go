@@ -63,8 +63,9 @@ func TestSpawnerNamespace(t *testing.T) {
 }
 
 // TestSpawnerNamespaceFallback checks that a bubblewrap which cannot start
-// from the small namespace (here a wrapper that needs a file beside it,
-// which that namespace does not hold) is started from the daemon's own.
+// a jail from the small namespace (here a wrapper that needs a file beside
+// it, which that namespace does not hold, though it answers --version
+// without one) is started from the daemon's own.
 func TestSpawnerNamespaceFallback(t *testing.T) {
 	t.Parallel()
 	requireJails(t)
@@ -84,7 +85,8 @@ func TestSpawnerNamespaceFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrapper := filepath.Join(dir, "bwrap")
-	script := "#!/bin/sh\n. \"$(dirname \"$0\")/env.sh\" || exit 1\nexec \"$BWRAP\" \"$@\"\n"
+	script := "#!/bin/sh\n[ \"$1\" = --version ] && exec " + real + " --version\n" +
+		". \"$(dirname \"$0\")/env.sh\" || exit 1\nexec \"$BWRAP\" \"$@\"\n"
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +106,53 @@ func TestSpawnerNamespaceFallback(t *testing.T) {
 	}
 	if strings.Count(string(mine), "\n") < strings.Count(string(host), "\n")/2 {
 		t.Errorf("the spawner stayed in a small namespace that cannot start %s", wrapper)
+	}
+	x := startBox(t, b, sandbox.Spec{})
+	if got := x.mustSh(t, "echo ok"); strings.TrimSpace(got) != "ok" {
+		t.Errorf("command in a sandbox: %q", got)
+	}
+}
+
+// TestSpawnerNamespaceBwrapUnderTmp: a bubblewrap installed under /tmp is
+// bound into the small namespace on the way bubblewrap's own /tmp is made,
+// and that namespace is still used.
+func TestSpawnerNamespaceBwrapUnderTmp(t *testing.T) {
+	t.Parallel()
+	requireJails(t)
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := filepath.Join(dir, "bwrap")
+	if err := os.WriteFile(copied, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := newBackendWith(t, Options{
+		StateDir:     filepath.Join(t.TempDir(), "state"),
+		ImagesDir:    imagesDir,
+		CgroupParent: "agentbox-test-" + randHex(4),
+		Bwrap:        copied,
+	})
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(b.sp.tid) + "/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nm, nh := strings.Count(string(mine), "\n"), strings.Count(string(host), "\n"); nm >= nh/2 {
+		t.Errorf("a bwrap at %s was started from the daemon's namespace (%d mounts, the daemon's %d)", copied, nm, nh)
 	}
 	x := startBox(t, b, sandbox.Spec{})
 	if got := x.mustSh(t, "echo ok"); strings.TrimSpace(got) != "ok" {

@@ -149,17 +149,24 @@ func (s *spawner) start(cmd *exec.Cmd, into []string) error {
 	return <-r.res
 }
 
-// check runs bwrap --version from the spawner thread: its namespace must
-// hold everything bubblewrap needs to start.
+// check starts a jail from the spawner thread as a sandbox's starts, with
+// every namespace, a read-only root, /proc and /dev, and runs true in it:
+// the spawner's namespace must hold everything bubblewrap needs, not only
+// its binary (a bwrap --version proves no more than that it executes).
 func (s *spawner) check(bwrap string) error {
+	truePath, err := exec.LookPath("true")
+	if err != nil {
+		return fmt.Errorf("checking the spawner: %w", err)
+	}
 	var out strings.Builder
-	cmd := exec.Command(bwrap, "--version")
+	cmd := exec.Command(bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
+		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", truePath)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := s.start(cmd, nil); err != nil {
 		return fmt.Errorf("starting %s from the spawner thread: %w", bwrap, err)
 	}
 	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("%s --version from the spawner thread: %w: %s", bwrap, err, strings.TrimSpace(out.String()))
+		return fmt.Errorf("a trial jail (%s %s) from the spawner thread: %w: %s", bwrap, truePath, err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }
