@@ -264,6 +264,20 @@ if [[ $cgroup_root_type != cgroup2fs ]]; then
 	fi
 fi
 
+# 4b. Process ids. Every thread takes one, and an idle docker sandbox holds about 40 (its
+# shim, the guest, docker-init). With the kernel's default pid_max of 32768, `bench density`
+# stopped at 750 sandboxes: the daemon could not start a thread and died (fatal error
+# newosproc), runc failed, and dockerd wedged on the removals until it was restarted. The
+# 64-bit maximum costs nothing until used. Not persistent across a reboot: runs every time.
+pid_max=$(cat /proc/sys/kernel/pid_max)
+if ((pid_max < 4194304)); then
+	if sysctl -q -w kernel.pid_max=4194304 2>/dev/null; then
+		log "kernel.pid_max: raised from $pid_max to 4194304 (about 40 per idle sandbox)"
+	else
+		log "kernel.pid_max is $pid_max and cannot be raised here: about $((pid_max / 40)) idle sandboxes at most"
+	fi
+fi
+
 # 5. The real Gitea the pull request tests run against (issue 14): built once from the Go
 # module proxy and cached under AGENTBOX_CACHE, with the system user it runs as. See
 # setup-gitea.sh. The first build takes minutes; later runs find it cached. A failed build
