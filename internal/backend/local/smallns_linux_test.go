@@ -69,14 +69,7 @@ func TestSpawnerNamespace(t *testing.T) {
 func TestSpawnerNamespaceFallback(t *testing.T) {
 	t.Parallel()
 	requireJails(t)
-	// bubblewrap runs as the sandbox user: every directory on the way
-	// must let it through.
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := bwrapDir(t)
 	real, err := exec.LookPath("bwrap")
 	if err != nil {
 		t.Fatal(err)
@@ -90,21 +83,8 @@ func TestSpawnerNamespaceFallback(t *testing.T) {
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b := newBackendWith(t, Options{
-		StateDir:     filepath.Join(t.TempDir(), "state"),
-		ImagesDir:    imagesDir,
-		CgroupParent: "agentbox-test-" + randHex(4),
-		Bwrap:        wrapper,
-	})
-	host, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(b.sp.tid) + "/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Count(string(mine), "\n") < strings.Count(string(host), "\n")/2 {
+	b := backendWithBwrap(t, wrapper)
+	if nm, nh := spawnerMounts(t, b); nm < nh/2 {
 		t.Errorf("the spawner stayed in a small namespace that cannot start %s", wrapper)
 	}
 	x := startBox(t, b, sandbox.Spec{})
@@ -119,12 +99,7 @@ func TestSpawnerNamespaceFallback(t *testing.T) {
 func TestSpawnerNamespaceBwrapUnderTmp(t *testing.T) {
 	t.Parallel()
 	requireJails(t)
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := bwrapDir(t)
 	real, err := exec.LookPath("bwrap")
 	if err != nil {
 		t.Fatal(err)
@@ -137,12 +112,45 @@ func TestSpawnerNamespaceBwrapUnderTmp(t *testing.T) {
 	if err := os.WriteFile(copied, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b := newBackendWith(t, Options{
+	b := backendWithBwrap(t, copied)
+	if nm, nh := spawnerMounts(t, b); nm >= nh/2 {
+		t.Errorf("a bwrap at %s was started from the daemon's namespace (%d mounts, the daemon's %d)", copied, nm, nh)
+	}
+	x := startBox(t, b, sandbox.Spec{})
+	if got := x.mustSh(t, "echo ok"); strings.TrimSpace(got) != "ok" {
+		t.Errorf("command in a sandbox: %q", got)
+	}
+}
+
+// bwrapDir is a temporary directory for a bwrap binary or wrapper, which
+// bubblewrap reaches as the sandbox user: every directory on the way must
+// let it through.
+func bwrapDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// backendWithBwrap is a backend of its own that runs bwrap.
+func backendWithBwrap(t *testing.T, bwrap string) *Backend {
+	t.Helper()
+	return newBackendWith(t, Options{
 		StateDir:     filepath.Join(t.TempDir(), "state"),
 		ImagesDir:    imagesDir,
 		CgroupParent: "agentbox-test-" + randHex(4),
-		Bwrap:        copied,
+		Bwrap:        bwrap,
 	})
+}
+
+// spawnerMounts counts the mounts of b's spawner thread's namespace and of
+// the process's own.
+func spawnerMounts(t *testing.T, b *Backend) (spawner, process int) {
+	t.Helper()
 	host, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
@@ -151,11 +159,5 @@ func TestSpawnerNamespaceBwrapUnderTmp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nm, nh := strings.Count(string(mine), "\n"), strings.Count(string(host), "\n"); nm >= nh/2 {
-		t.Errorf("a bwrap at %s was started from the daemon's namespace (%d mounts, the daemon's %d)", copied, nm, nh)
-	}
-	x := startBox(t, b, sandbox.Spec{})
-	if got := x.mustSh(t, "echo ok"); strings.TrimSpace(got) != "ok" {
-		t.Errorf("command in a sandbox: %q", got)
-	}
+	return strings.Count(string(mine), "\n"), strings.Count(string(host), "\n")
 }
