@@ -55,7 +55,8 @@ func TestLoad(t *testing.T) {
 // TestDensitySmall runs the density benchmark's path at CI size: 10
 // sandboxes in two steps, each swept. The 100 ms bound is not checked
 // here (a loaded CI machine is no measurement); that every sandbox
-// answers and that everything is removed afterwards is.
+// answers, and that the teardown removes everything and finds nothing
+// left, is.
 func TestDensitySmall(t *testing.T) {
 	requireDocker(t)
 	var log bytes.Buffer
@@ -76,6 +77,9 @@ func TestDensitySmall(t *testing.T) {
 		if s.RSS <= 0 || s.HeapInuse <= 0 || s.Goroutines <= 0 || s.FDs <= 0 || s.ExecP50 <= 0 || s.ExecMax < s.ExecP99 || s.ExecP99 < s.ExecP50 {
 			t.Errorf("step %+v: figures missing or out of order", s)
 		}
+	}
+	if td := res.Teardown; td.Workspaces != 10 || !td.Clean() || td.Took <= 0 {
+		t.Errorf("teardown: %+v, want 10 workspaces removed and nothing left", td)
 	}
 	if !res.OK() {
 		t.Errorf("checks: %+v", res.Checks)

@@ -413,13 +413,13 @@ func (d *daemonProc) containers(ctx context.Context) ([]string, error) {
 }
 
 // removeAll removes every workspace (and so every sandbox) the daemon
-// knows, a few at a time.
-func (d *daemonProc) removeAll(ctx context.Context) error {
+// knows, n at a time.
+func (d *daemonProc) removeAll(ctx context.Context, n int) error {
 	wss, err := d.c.ListWorkspaces(ctx, "", "")
 	if err != nil {
 		return err
 	}
-	sem := make(chan struct{}, 4)
+	sem := make(chan struct{}, n)
 	return parallel(len(wss), func(i int) error {
 		sem <- struct{}{}
 		defer func() { <-sem }()
@@ -454,16 +454,20 @@ func (d *daemonProc) stop(wait time.Duration) error {
 
 // close removes everything of the run: every workspace through the
 // daemon, the daemon, then whatever is still left (containers of the
-// run's sandboxes, mounts) and the scratch dir.
+// run's sandboxes, mounts) and the scratch dir. Its deadline grows with
+// the number of sandboxes the run made.
 func (d *daemonProc) close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	d.mu.Lock()
+	n := len(d.sandboxes)
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), max(5*time.Minute, teardownDeadline(n)+2*time.Minute))
 	defer cancel()
 	var errs []error
 	if d.cmd != nil && d.cmd.Process != nil {
 		select {
 		case <-d.exited:
 		default:
-			errs = append(errs, d.removeAll(ctx))
+			errs = append(errs, d.removeAll(ctx, teardownParallel))
 			if d.repo != "" {
 				if _, err := d.c.RemoveRepo(ctx, d.repo, true); err != nil {
 					errs = append(errs, err)

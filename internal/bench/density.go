@@ -75,6 +75,8 @@ type DensityResult struct {
 	Checks []LoadCheck   `json:"checks"`
 	// StopReason says why the run ended before Target, if it did.
 	StopReason string `json:"stop_reason,omitempty"`
+	// Teardown is how every sandbox and workspace of the run went away.
+	Teardown DensityTeardown `json:"teardown"`
 }
 
 // OK says whether every check held.
@@ -88,8 +90,9 @@ func (r DensityResult) OK() bool {
 // RSS, heap, goroutines and fds. It stops at opts.Target or at the first
 // step whose sweep has an exec slower than DensityExecBound (a sweep
 // that breaks the bound is repeated once, as the machine is shared, and
-// the step fails only if the repeat breaks it too). Everything is
-// removed before it returns.
+// the step fails only if the repeat breaks it too). Then it removes
+// every workspace, timed, and looks for anything the run left on the
+// machine (a check of the result); close removes whatever that was.
 func Density(ctx context.Context, opts DensityOptions, log io.Writer) (res DensityResult, err error) {
 	if opts.Target == 0 {
 		opts.Target = DefaultDensityTarget
@@ -109,14 +112,12 @@ func Density(ctx context.Context, opts DensityOptions, log io.Writer) (res Densi
 	if log == nil {
 		log = io.Discard
 	}
+	before := snapshotHost()
 	d, err := startDaemon(ctx, opts.DaemonOptions, 10, log)
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		fmt.Fprintf(log, "removing %d sandboxes and their workspaces\n", res.Reached)
-		err = errors.Join(err, d.close())
-	}()
+	defer func() { err = errors.Join(err, d.close()) }()
 	res = DensityResult{Target: opts.Target, Image: d.opts.Image, ExecBound: opts.ExecBound}
 	if res.Base, err = d.densityFigures(ctx); err != nil {
 		return res, err
@@ -157,6 +158,7 @@ func Density(ctx context.Context, opts DensityOptions, log io.Writer) (res Densi
 		}
 		res.Reached = len(sbs)
 	}
+	res.Teardown = d.teardown(ctx, before, log)
 	res.summarize()
 	return res, nil
 }
@@ -241,6 +243,8 @@ func (r *DensityResult) summarize() {
 	r.Checks = []LoadCheck{
 		{Name: "idle sandboxes, each answering within " + fmtDur(r.ExecBound), Value: fmt.Sprint(r.Reached), Target: fmt.Sprintf(">= %d", r.Target), Met: r.Reached >= r.Target},
 		{Name: "daemon rss at that count", Value: fmtMiB(at.RSS) + " (" + perSandbox + "/sandbox)", Target: "<= " + fmtMiB(DensityRSSTarget), Met: r.Reached > 0 && at.RSS <= DensityRSSTarget},
+		{Name: "teardown: nothing left", Value: fmt.Sprintf("%d left, %v", len(r.Teardown.Left), r.Teardown.Took.Round(time.Millisecond)),
+			Target: "0 in " + r.Teardown.Deadline.String(), Met: r.Teardown.Clean()},
 	}
 }
 
@@ -262,6 +266,14 @@ func (r DensityResult) Print(w io.Writer) {
 	}
 	if r.StopReason != "" {
 		fmt.Fprintf(w, "\nstopped: %s\n", r.StopReason)
+	}
+	t := r.Teardown
+	fmt.Fprintf(w, "\nteardown: %d workspaces, %d at a time, in %s (deadline %s)\n", t.Workspaces, t.Parallel, t.Took.Round(time.Millisecond), t.Deadline)
+	if t.Error != "" {
+		fmt.Fprintf(w, "  failed: %s\n", t.Error)
+	}
+	for _, l := range t.Left {
+		fmt.Fprintf(w, "  left: %s\n", l)
 	}
 	cw := len("check")
 	for _, c := range r.Checks {

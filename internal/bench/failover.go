@@ -394,7 +394,7 @@ func Failover(ctx context.Context, opts FailoverOptions, log io.Writer) (res Fai
 	}
 	// Everything goes, through a survivor: the adopted workspaces with
 	// the rest.
-	if err := d.removeAll(ctx); err != nil {
+	if err := d.removeAll(ctx, teardownParallel); err != nil {
 		return res, err
 	}
 	if res.Leftovers, err = d.leftovers(ctx); err != nil {

@@ -255,7 +255,7 @@ func Load(ctx context.Context, opts LoadOptions, log io.Writer) (res LoadResult,
 
 	// Whatever a failed cycle left is removed first, so that the leak
 	// check sees what the daemon itself keeps.
-	if err := d.removeAll(ctx); err != nil {
+	if err := d.removeAll(ctx, teardownParallel); err != nil {
 		return res, err
 	}
 	if res.Leftovers, err = d.leftovers(ctx); err != nil {
