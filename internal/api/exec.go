@@ -182,7 +182,10 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// An unknown target is an error reply, not a stream that ends in one.
-	if _, err := s.m.ExecTarget(r.Context(), r.PathValue("id")); err != nil {
+	// The command then goes to the workspace found (a sandbox's commands
+	// run in its workspace's sandbox anyway), without finding it again.
+	wsID, err := s.m.ExecTarget(r.Context(), r.PathValue("id"))
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -202,7 +205,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		defer in.stop(rc)
 	}
 	if buffered {
-		out, err := s.m.ExecBuffered(ctx, r.PathValue("id"), req, stdin)
+		out, err := s.m.ExecBuffered(ctx, wsID, req, stdin)
 		if in != nil {
 			if perr := in.err(); perr != nil {
 				err = perr // the cause of the cancellation
@@ -216,7 +219,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	es := newExecStream(w, strings.Contains(r.Header.Get("Accept"), sseType), cancel)
-	out, err := s.m.Exec(ctx, r.PathValue("id"), greq, stdin, streamWriter{es, "stdout"}, streamWriter{es, "stderr"})
+	out, err := s.m.Exec(ctx, wsID, greq, stdin, streamWriter{es, "stdout"}, streamWriter{es, "stderr"})
 	if in != nil {
 		if perr := in.err(); perr != nil {
 			err = perr // the cause of the cancellation

@@ -11,3 +11,10 @@ func SetHoldCheck(d time.Duration) (restore func()) {
 
 // DaemonLockKey is the daemon lock's key.
 const DaemonLockKey = daemonLockKey
+
+// Prepared is how many statements s keeps prepared.
+func Prepared(s *Store) int {
+	s.prepared.mu.Lock()
+	defer s.prepared.mu.Unlock()
+	return len(s.prepared.m)
+}

@@ -29,7 +29,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) error {
 }
 
 func (s *Store) GetSandbox(ctx context.Context, id string) (store.Sandbox, error) {
-	sb, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sbCols+` FROM sandboxes WHERE id = $1`, id))
+	sb, err := scanSandbox(s.queryRowP(ctx, `SELECT `+sbCols+` FROM sandboxes WHERE id = $1`, id))
 	return sb, classify(err, "sandbox "+id)
 }
 
@@ -44,7 +44,8 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]sto
 		args = append(args, f.State)
 		q += fmt.Sprintf(" AND state = $%d", len(args))
 	}
-	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at, id`, args...)
+	// The text depends only on which filters are set: prepared.
+	rows, err := s.queryP(ctx, q+` ORDER BY created_at, id`, args...)
 	if err != nil {
 		return nil, classify(err, "listing sandboxes")
 	}
@@ -94,7 +95,7 @@ func scanExec(row interface{ Scan(...any) error }) (store.Exec, error) {
 }
 
 func (s *Store) CreateExec(ctx context.Context, e store.Exec) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO execs (`+execCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)`,
+	_, err := s.execP(ctx, nil, `INSERT INTO execs (`+execCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)`,
 		e.ID, e.SandboxID, e.WorkspaceID, e.Argv, e.State, e.ExitCode, e.Signal, boolInt(e.TimedOut), boolInt(e.OOM),
 		e.CPUNanos, e.PeakMemBytes, e.StdoutBytes, e.StderrBytes, ts(e.StartedAt), ts(e.FinishedAt), e.Task, e.WallNanos)
 	return classify(err, "exec "+e.ID)
@@ -109,16 +110,16 @@ func (s *Store) FinishExec(ctx context.Context, e store.Exec) error {
 		return classify(err, what)
 	}
 	defer tx.Rollback()
-	if err := finishExec(ctx, tx, e); err != nil {
+	if err := s.finishExec(ctx, tx, e); err != nil {
 		return err
 	}
 	return classify(tx.Commit(), what)
 }
 
 // finishExec is FinishExec's work within tx.
-func finishExec(ctx context.Context, tx *sql.Tx, e store.Exec) error {
+func (s *Store) finishExec(ctx context.Context, tx *sql.Tx, e store.Exec) error {
 	what := "exec " + e.ID
-	res, err := tx.ExecContext(ctx,
+	res, err := s.execP(ctx, tx,
 		`UPDATE execs SET state=$2, exit_code=$3, signal=$4, timed_out=$5, oom=$6, cpu_ns=$7, peak_mem_bytes=$8, stdout_bytes=$9, stderr_bytes=$10, finished_at=$11, wall_ns=$12 WHERE id=$1`,
 		e.ID, e.State, e.ExitCode, e.Signal, boolInt(e.TimedOut), boolInt(e.OOM), e.CPUNanos, e.PeakMemBytes,
 		e.StdoutBytes, e.StderrBytes, ts(e.FinishedAt), e.WallNanos)
@@ -128,7 +129,7 @@ func finishExec(ctx context.Context, tx *sql.Tx, e store.Exec) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("%s %w", what, errdefs.ErrNotFound)
 	}
-	if _, err := tx.ExecContext(ctx,
+	if _, err := s.execP(ctx, tx,
 		`UPDATE sandboxes SET last_activity_at=$2 WHERE id=(SELECT sandbox_id FROM execs WHERE id=$1) AND last_activity_at < $2`,
 		e.ID, ts(e.FinishedAt)); err != nil {
 		return classify(err, what)

@@ -44,6 +44,8 @@ type Store struct {
 	// name is the database for errors: the file, or the URL without its
 	// password.
 	name string
+	// prepared holds the hot queries' statements (see stmt).
+	prepared statements
 }
 
 var _ store.Store = (*Store)(nil)
@@ -90,7 +92,10 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.closeStatements()
+	return s.db.Close()
+}
 
 func ts(t time.Time) int64 {
 	if t.IsZero() {
@@ -363,7 +368,7 @@ func (s *Store) CreateWorkspace(ctx context.Context, w store.Workspace) error {
 }
 
 func (s *Store) GetWorkspace(ctx context.Context, id string) (store.Workspace, error) {
-	w, err := scanWorkspace(s.db.QueryRowContext(ctx, `SELECT `+wsCols+` FROM workspaces WHERE id = $1`, id))
+	w, err := scanWorkspace(s.queryRowP(ctx, `SELECT `+wsCols+` FROM workspaces WHERE id = $1`, id))
 	return w, classify(err, "workspace "+id)
 }
 

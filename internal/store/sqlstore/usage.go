@@ -206,7 +206,7 @@ func usageWhereFrom(f store.UsageFilter, timeCol string, n int) (string, []any) 
 }
 
 func (s *Store) FinishExecEvent(ctx context.Context, e store.Exec, ev store.Event) (store.Event, error) {
-	return s.withEvent(ctx, "exec "+e.ID, ev, func(tx *sql.Tx) error { return finishExec(ctx, tx, e) })
+	return s.withEvent(ctx, "exec "+e.ID, ev, func(tx *sql.Tx) error { return s.finishExec(ctx, tx, e) })
 }
 
 // withEvent runs do and appends ev (stamped now if it has no time) in one
@@ -226,7 +226,10 @@ func (s *Store) withEvent(ctx context.Context, what string, ev store.Event, do f
 	if err := do(tx); err != nil {
 		return ev, err
 	}
-	err = tx.QueryRowContext(ctx, insertEvent, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
+	ins, err := s.stmt(ctx, insertEvent)
+	if err == nil {
+		err = tx.StmtContext(ctx, ins).QueryRowContext(ctx, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
+	}
 	if err != nil {
 		return ev, classify(err, "event "+ev.Type)
 	}

@@ -1,0 +1,86 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+)
+
+// Prepared statements for the queries every exec runs (finding the
+// workspace's sandbox, the exec's row before and after, its event):
+// without them each call parses its SQL again, which was a third of the
+// store's CPU per exec on SQLite. A statement is prepared on first use
+// and kept for the Store's life; database/sql prepares it again on each
+// connection that runs it. Only fixed query texts go through here: a
+// query built from a filter would grow the set without bound.
+type statements struct {
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+// stmt returns q prepared on s's database.
+func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	s.prepared.mu.Lock()
+	defer s.prepared.mu.Unlock()
+	if st, ok := s.prepared.m[q]; ok {
+		return st, nil
+	}
+	st, err := s.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if s.prepared.m == nil {
+		s.prepared.m = map[string]*sql.Stmt{}
+	}
+	s.prepared.m[q] = st
+	return st, nil
+}
+
+// queryRowP is QueryRowContext of the prepared q.
+func (s *Store) queryRowP(ctx context.Context, q string, args ...any) rowScanner {
+	st, err := s.stmt(ctx, q)
+	if err != nil {
+		return errRow{err}
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// queryP is QueryContext of the prepared q.
+func (s *Store) queryP(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := s.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// execP is ExecContext of the prepared q, in tx when tx is not nil.
+func (s *Store) execP(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	st, err := s.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if tx != nil {
+		st = tx.StmtContext(ctx, st)
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// closeStatements closes every prepared statement.
+func (s *Store) closeStatements() {
+	s.prepared.mu.Lock()
+	defer s.prepared.mu.Unlock()
+	for q, st := range s.prepared.m {
+		st.Close()
+		delete(s.prepared.m, q)
+	}
+}
+
+// rowScanner is what *sql.Row and errRow have in common.
+type rowScanner interface{ Scan(dest ...any) error }
+
+// errRow is a row whose Scan returns the error that kept the query from
+// running.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
