@@ -2,13 +2,12 @@ package sqlstore_test
 
 import (
 	"errors"
-
 	"fmt"
-	"github.com/agentbox/agentbox/internal/errdefs"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/store/sqlstore"
 )
