@@ -81,3 +81,45 @@ func Unescape(s string) string {
 	}
 	return b.String()
 }
+
+// Mount is one line of a mount table.
+type Mount struct {
+	// Point is the mount point, decoded.
+	Point string
+	// Options are the mount's own options (rw, nosuid, nodev...).
+	Options []string
+	// Propagation are the optional fields: shared:N, master:N,
+	// propagate_from:N, unbindable; none for a private mount.
+	Propagation []string
+}
+
+// At returns the mounts at mount point mp in the mount table file
+// (/proc/self/mountinfo, /proc/PID/mountinfo for another process's mount
+// namespace, as that process sees its paths), in the table's order: the
+// topmost last.
+func At(file, mp string) ([]Mount, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	mp = filepath.Clean(mp)
+	var out []Mount
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 7 || Unescape(fields[4]) != mp {
+			continue
+		}
+		m := Mount{Point: mp, Options: strings.Split(fields[5], ",")}
+		for _, o := range fields[6:] {
+			if o == "-" {
+				break
+			}
+			m.Propagation = append(m.Propagation, o)
+		}
+		out = append(out, m)
+	}
+	return out, sc.Err()
+}

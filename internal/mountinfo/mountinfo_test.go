@@ -3,6 +3,8 @@ package mountinfo
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -48,5 +50,38 @@ func TestMountPoints(t *testing.T) {
 	got, err := Under(dir)
 	if err != nil || len(got) != 2 || got[0] != inner || got[1] != dir {
 		t.Errorf("Under = %q, %v; want deepest first [%s %s]", got, err, inner, dir)
+	}
+}
+
+func TestAt(t *testing.T) {
+	if os.Geteuid() != 0 {
+		skip.OrFail(t, "mounting needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "a b")
+	os.MkdirAll(dir, 0o755)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	if err := unix.Mount("", dir, "", unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	got, err := At("/proc/self/mountinfo", dir+"/")
+	if err != nil || len(got) != 2 {
+		t.Fatalf("At = %+v, %v; want two mounts", got, err)
+	}
+	under, top := got[0], got[1]
+	if under.Options[0] != "rw" || !slices.Contains(under.Options, "nosuid") || len(under.Propagation) != 0 {
+		t.Errorf("the lower mount: %+v, want rw,nosuid and private", under)
+	}
+	if top.Options[0] != "ro" || !slices.Contains(top.Options, "nodev") || len(top.Propagation) != 1 || !strings.HasPrefix(top.Propagation[0], "shared:") {
+		t.Errorf("the top mount: %+v, want ro,nodev and shared", top)
 	}
 }

@@ -33,6 +33,12 @@
 // /dev/shm are tmpfs mounts of Limits.TmpBytes each, with an inode limit,
 // charged to the sandbox's memory.
 //
+// Warm pool. The backend implements sandbox.Attacher: a jail started
+// before its workspace is known has an empty, read-only /workspace that
+// is a slave of a mount in the stage, and Attach mounts the workspace
+// there, nosuid,nodev, from where the kernel propagates it into the
+// running jail (pool_linux.go).
+//
 // System calls. A deny list assembled here in classic BPF
 // (seccomp_linux.go), loaded by bubblewrap right before it executes the
 // guest, under no_new_privs: the 32-bit entries kill the process, namespace

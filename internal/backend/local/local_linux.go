@@ -57,6 +57,9 @@ type Backend struct {
 	locks    idLocks
 	// rootWarn logs once that roots are binds (see staged.rootBound).
 	rootWarn sync.Once
+	// noAttach, when set, says why this backend cannot pool jails (see
+	// pool_linux.go); it wraps sandbox.ErrNoAttach.
+	noAttach error
 
 	mu    sync.Mutex
 	jails map[string]*jail // started by this Backend
@@ -76,6 +79,9 @@ type jail struct {
 	// unstaged is closed once the stage binds, which the jail no longer
 	// needs once it runs the guest, are gone (see Create).
 	unstaged chan struct{}
+	// pooled says the jail was started for a warm pool; attached, that
+	// its workspace was attached (guarded by Backend.mu).
+	pooled, attached bool
 }
 
 var (
@@ -184,11 +190,15 @@ func New(opts Options) (*Backend, error) {
 			sp.close()
 		}
 	}
+	var noAttach error
 	if err != nil {
 		// A bubblewrap whose libraries live elsewhere (a Nix store), or a
 		// host that refuses the pivot: start it from the daemon's own
-		// namespace, as fast as the host's mount table allows.
+		// namespace, as fast as the host's mount table allows. Jails are
+		// then not pooled: whether a mount on the stage still reaches
+		// them depends on what the host's namespace does.
 		opts.Logger.Warn("local backend: starting bubblewrap from the daemon's mount namespace", logBackend, Name, "error", err)
+		noAttach = fmt.Errorf("%w: bubblewrap starts from the daemon's mount namespace (%v)", sandbox.ErrNoAttach, err)
 		if sp, err = newSpawner(home, nil); err != nil {
 			unmountStage(opts.StageDir)
 			return fail("%w", err)
@@ -203,6 +213,7 @@ func New(opts Options) (*Backend, error) {
 		masks:    presentProcMasks(),
 		stageDir: opts.StageDir,
 		sp:       sp,
+		noAttach: noAttach,
 		jails:    map[string]*jail{},
 		holds:    map[string]*image.Hold{},
 	}
@@ -299,7 +310,13 @@ func waitClosed(ch <-chan struct{}, within time.Duration) bool {
 // its environment: nothing of the daemon's own reaches the sandbox. On
 // error nothing of the sandbox is left: no process, cgroup, mount or
 // directory.
-func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sandbox.Info, err error) {
+func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Info, error) {
+	return b.create(ctx, req, "")
+}
+
+// create is Create, or with owner set CreateDetached (see pool_linux.go).
+func (b *Backend) create(ctx context.Context, req sandbox.CreateRequest, owner string) (_ sandbox.Info, err error) {
+	pooled := owner != ""
 	if !validID.MatchString(req.ID) {
 		return sandbox.Info{}, errdefs.Invalid("sandbox id %q: want 1-63 letters, digits, '_' or '-'", req.ID)
 	}
@@ -307,7 +324,7 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 		return sandbox.Info{}, fmt.Errorf("creating sandbox %s: %w", req.ID, err)
 	}
 	spec := req.Spec.WithDefaults()
-	rootfs, err := b.check(ctx, req, spec)
+	rootfs, err := b.check(ctx, req, spec, pooled)
 	if err != nil {
 		return fail(err)
 	}
@@ -398,7 +415,7 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 
 	rec := &record{
 		ID:      req.ID,
-		Labels:  labels(req),
+		Labels:  labels(req, owner),
 		Image:   req.Spec.Image,
 		Rootfs:  rootfs,
 		Spec:    spec,
@@ -423,15 +440,26 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 		return fail(err)
 	}
 	phase("jail")
-	// The jail holds its own copies now. Taking the stage away is off the
-	// path to the guest: Remove and Close wait for it.
-	staged = false
-	go func() {
-		defer close(j.unstaged)
-		if err := st.unstage(); err != nil {
-			b.log.Warn("unstaging", logSandbox, req.ID, "error", err)
+	if pooled {
+		// The pool point stays until Remove (see pool_linux.go).
+		if err := st.keepPoolPoint(info.pid); err != nil {
+			return fail(err)
 		}
-	}()
+		staged = false
+		close(j.unstaged)
+		j.pooled = true
+		phase("pool point")
+	} else {
+		// The jail holds its own copies now. Taking the stage away is off
+		// the path to the guest: Remove and Close wait for it.
+		staged = false
+		go func() {
+			defer close(j.unstaged)
+			if err := st.unstage(); err != nil {
+				b.log.Warn("unstaging", logSandbox, req.ID, "error", err)
+			}
+		}()
+	}
 
 	b.mu.Lock()
 	b.jails[req.ID] = j
@@ -450,16 +478,19 @@ func (b *Backend) Create(ctx context.Context, req sandbox.CreateRequest) (_ sand
 }
 
 // check validates req and returns the image's root file system. Its
-// errors are ErrInvalid and change nothing.
-func (b *Backend) check(ctx context.Context, req sandbox.CreateRequest, spec sandbox.Spec) (rootfs string, err error) {
+// errors are ErrInvalid and change nothing. A detached request (a warm
+// pool's) has no workspace yet.
+func (b *Backend) check(ctx context.Context, req sandbox.CreateRequest, spec sandbox.Spec, detached bool) (rootfs string, err error) {
 	if err := spec.Validate(); err != nil {
 		return "", err
 	}
 	switch {
 	case spec.Backend != "" && spec.Backend != Name:
 		return "", errdefs.Invalid("spec asks for backend %q, this is %q", spec.Backend, Name)
-	case req.WorkspaceID == "":
+	case req.WorkspaceID == "" && !detached:
 		return "", errdefs.Invalid("no workspace id")
+	case detached && (req.WorkspaceID != "" || req.Files != ""):
+		return "", errdefs.Invalid("a detached sandbox gets its workspace when it is attached, not at its start")
 	case req.UID <= 0 || req.GID <= 0 || req.UID > 1<<31-2 || req.GID > 1<<31-2:
 		return "", errdefs.Invalid("uid:gid %d:%d: sandboxes run as a non-root user and group", req.UID, req.GID)
 	}
@@ -474,6 +505,9 @@ func (b *Backend) check(ctx context.Context, req sandbox.CreateRequest, spec san
 		what, path string
 		dir        bool
 	}{{"workspace files", req.Files, true}, {"run dir", req.RunDir, true}, {"guest", req.Guest, false}} {
+		if detached && p.what == "workspace files" {
+			continue
+		}
 		if !filepath.IsAbs(p.path) {
 			return "", errdefs.Invalid("%s %q is not an absolute path", p.what, p.path)
 		}
@@ -509,12 +543,19 @@ func (b *Backend) check(ctx context.Context, req sandbox.CreateRequest, spec san
 	return rootfs, nil
 }
 
-func labels(req sandbox.CreateRequest) map[string]string {
+// labels are a sandbox's labels; with a pool owner, a pooled jail's: the
+// pool's, and no workspace.
+func labels(req sandbox.CreateRequest, poolOwner string) map[string]string {
 	l := map[string]string{
-		sandbox.LabelManaged:   "1",
-		sandbox.LabelSandbox:   req.ID,
-		sandbox.LabelWorkspace: req.WorkspaceID,
-		LabelBackend:           Name,
+		sandbox.LabelManaged: "1",
+		sandbox.LabelSandbox: req.ID,
+		LabelBackend:         Name,
+	}
+	if poolOwner == "" {
+		l[sandbox.LabelWorkspace] = req.WorkspaceID
+	} else {
+		l[sandbox.LabelPool] = "1"
+		l[sandbox.LabelPoolOwner] = poolOwner
 	}
 	if req.Owner != "" {
 		l[sandbox.LabelOwner] = req.Owner

@@ -100,7 +100,9 @@ type staged struct {
 }
 
 // stage binds the sandbox's sources into stageDir/id and makes its two
-// tmpfs mounts of tmpBytes each. On error it undoes what it did.
+// tmpfs mounts of tmpBytes each. With no files (a pooled jail's) the
+// files entry is the pool point instead (see pool_linux.go). On error it
+// undoes what it did.
 func stage(stageDir, id, rootfs, files, run, guest string, tmpBytes int64) (st staged, err error) {
 	st.dir = filepath.Join(stageDir, id)
 	if err := os.Mkdir(st.dir, 0o755); err != nil {
@@ -130,6 +132,13 @@ func stage(stageDir, id, rootfs, files, run, guest string, tmpBytes int64) (st s
 		}
 		if err != nil {
 			return st, fmt.Errorf("stage %s: %w", p, err)
+		}
+		if b.name == "files" && b.src == "" {
+			if err := mountPoolPoint(p); err != nil {
+				return st, err
+			}
+			*b.dst = p
+			continue
 		}
 		// The root is a read-only view of the image's directory rather
 		// than a bind of it, whose entry in the sandbox's mount table
@@ -185,6 +194,15 @@ func unstage(dir string) error {
 
 // unstage removes this stage without reading the mount table.
 func (st staged) unstage() error {
+	if err := st.detach(); err != nil {
+		return err
+	}
+	return removeStageDir(st.dir)
+}
+
+// detach unmounts this stage's binds and tmpfs mounts, and leaves the
+// directories.
+func (st staged) detach() error {
 	for _, p := range []string{st.root, st.files, st.run, st.guest, st.tmp, st.shm} {
 		if p == "" {
 			continue
@@ -194,7 +212,7 @@ func (st staged) unstage() error {
 			return err
 		}
 	}
-	return removeStageDir(st.dir)
+	return nil
 }
 
 // removeStageDir deletes the (unmounted, so empty) entries of a stage
