@@ -25,7 +25,7 @@ func (c *cli) benchCmd() *cobra.Command {
 		{"exec", "exec round trip of `true` (manager and API) vs docker exec on an equivalent container and host fork/exec", bench.DefaultExecRuns, bench.Exec},
 		{"create", "create → first exec per backend vs docker run --rm (runc, runsc) and bwrap; --profile shows where the time goes", bench.DefaultCreateRuns, bench.Create},
 		{"concurrent", "N sandboxes created at once, each running `true`, vs N concurrent docker run --rm", bench.DefaultConcurrentRuns, bench.Concurrent},
-		{"pool", "claim from a warm pool → first exec vs cold create → first exec (docker)", bench.DefaultPoolRuns, bench.Pool},
+		{"pool", "claim from a warm pool → first exec vs cold create → first exec (docker; --backend local: and vs a bare bwrap run)", bench.DefaultPoolRuns, bench.Pool},
 		{"mcp", "MCP tool call round trip (run_command `true`) over stdio (agentbox mcp) and streamable HTTP (/mcp) vs the same exec through /v1; the overhead against a 1 ms goal", bench.DefaultMCPRuns, bench.MCP},
 		{"e2b", "the E2B endpoint through the official E2B JS SDK (Node): Sandbox.create → first commands.run('true'), and a commands.run('true') round trip, vs the same through /v1; the ratios", bench.DefaultE2BRuns, bench.E2B},
 		{"egress", "download and new-connection HTTP/CONNECT requests from a sandbox through the egress proxy vs the same python client on the host, direct (loopback upstreams)", bench.DefaultEgressRuns, bench.Egress},

@@ -88,14 +88,8 @@ func (e *env) createBench(ctx context.Context) (SandboxResult, error) {
 		}}}
 		files := e.m.FilesPath(w)
 		if b == BackendLocal {
-			if bw, err := exec.LookPath("bwrap"); err == nil && e.rootfs != "" {
-				cases = append(cases, tcase{backend: BackendLocal, name: CaseBwrap, baseline: true, run: func(ctx context.Context) (func() error, error) {
-					out, err := exec.CommandContext(ctx, bw, bwrapArgs(e.rootfs, files)...).CombinedOutput()
-					if err != nil {
-						return nil, fmt.Errorf("bwrap: %v: %s", err, strings.TrimSpace(string(out)))
-					}
-					return nil, nil
-				}})
+			if c, ok := e.bwrapCase(files); ok {
+				cases = append(cases, c)
 			}
 		} else if b == BackendKubernetes {
 			if c, ok := e.kubectlRunCase(); ok {
@@ -140,10 +134,30 @@ func (e *env) createBench(ctx context.Context) (SandboxResult, error) {
 		res.Notes = append(res.Notes, "kubectl run: kubectl run NAME --image IMG --image-pull-policy Never --restart Never (no service account token, no service links) --command -- true, then kubectl wait until the pod's phase is Succeeded; the pod is deleted after the clock stops")
 	}
 	if e.rootfs != "" {
-		res.Notes = append(res.Notes, "bwrap: "+strings.Join(bwrapArgs("ROOTFS", "WORKSPACE"), " ")+" (as root; no cgroups, no seccomp)")
+		res.Notes = append(res.Notes, bwrapNote)
 	}
 	return res, nil
 }
+
+// bwrapCase is the local backend's floor: a bare bubblewrap jail of
+// `true` over the backend's root file system with the workspace files
+// bound. ok is false without bubblewrap or that root.
+func (e *env) bwrapCase(files string) (c tcase, ok bool) {
+	bw, err := exec.LookPath("bwrap")
+	if err != nil || e.rootfs == "" {
+		return c, false
+	}
+	return tcase{backend: BackendLocal, name: CaseBwrap, baseline: true, run: func(ctx context.Context) (func() error, error) {
+		out, err := exec.CommandContext(ctx, bw, bwrapArgs(e.rootfs, files)...).CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("bwrap: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil, nil
+	}}, true
+}
+
+// bwrapNote describes bwrapCase in a result's notes.
+var bwrapNote = "bwrap: " + strings.Join(bwrapArgs("ROOTFS", "WORKSPACE"), " ") + " (as root; no cgroups, no seccomp)"
 
 // bwrapArgs jail /bin/true over rootfs with the workspace bound, in every
 // namespace: the floor under the local backend.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/client"
@@ -28,14 +30,21 @@ const (
 	poolSize = 1
 	// TargetPoolClaim bounds the median of claim → first exec on docker.
 	TargetPoolClaim = 10 * time.Millisecond
+	// TargetPoolBwrap bounds the median of claim → first exec on local
+	// over a bare bubblewrap run of `true` (CaseBwrap).
+	TargetPoolBwrap = 1.5
 	// poolRefillTimeout bounds the untimed wait for a refill.
 	poolRefillTimeout = 2 * time.Minute
 )
 
-// Pool measures, on the docker backend (the only one whose environments
-// can be pooled), creating a sandbox on an existing workspace and running
-// `true` in it when a warm pool has an environment ready, against the same
-// with a cold start, in one run. The pool is refilled between runs,
+// poolBackends are the backends whose environments can be pooled.
+var poolBackends = []string{BackendDocker, BackendLocal}
+
+// Pool measures, on one backend whose environments can be pooled (docker,
+// the default, or local), creating a sandbox on an existing workspace and
+// running `true` in it when a warm pool has an environment ready, against
+// the same with a cold start, in one run; on local, against a bare
+// bubblewrap run of `true` too. The pool is refilled between runs,
 // untimed; a run that does not get a pooled environment is an error.
 func Pool(ctx context.Context, opts SandboxOptions, log io.Writer) (res SandboxResult, err error) {
 	opts = opts.withDefaults(DefaultPoolRuns)
@@ -45,10 +54,10 @@ func Pool(ctx context.Context, opts SandboxOptions, log io.Writer) (res SandboxR
 	switch {
 	case len(opts.Backends) == 0:
 		opts.Backends = []string{BackendDocker}
-	case len(opts.Backends) != 1 || opts.Backends[0] != BackendDocker:
-		return res, fmt.Errorf("bench pool: only the %s backend pools environments (gvisor and local start cold)", BackendDocker)
+	case len(opts.Backends) != 1 || !slices.Contains(poolBackends, opts.Backends[0]):
+		return res, fmt.Errorf("bench pool: one backend at a time, of those that pool environments: %s (gvisor starts cold)", strings.Join(poolBackends, ", "))
 	}
-	opts.warmPool = []manager.PoolSpec{{Backend: BackendDocker, Image: opts.Image, Size: poolSize}}
+	opts.warmPool = []manager.PoolSpec{{Backend: opts.Backends[0], Image: opts.Image, Size: poolSize}}
 	e, err := newEnv(ctx, opts, log, nil)
 	if err != nil {
 		return res, err
@@ -59,7 +68,7 @@ func Pool(ctx context.Context, opts SandboxOptions, log io.Writer) (res SandboxR
 
 func (e *env) poolBench(ctx context.Context) (SandboxResult, error) {
 	res := SandboxResult{Benchmark: "pool", Image: e.opts.Image, Backends: e.backends, Runs: e.opts.Runs}
-	b := BackendDocker
+	b := e.backends[0]
 	w, err := e.workspace(ctx)
 	if err != nil {
 		return res, err
@@ -127,6 +136,14 @@ func (e *env) poolBench(ctx context.Context) (SandboxResult, error) {
 	cases = append(cases, tcase{backend: b, name: CasePoolExec, baseline: true, run: func(ctx context.Context) (func() error, error) {
 		return nil, e.execTrue(ctx, running.ID)
 	}})
+	if b == BackendLocal {
+		// The issue's yardstick: the same jail, bare.
+		c, ok := e.bwrapCase(e.m.FilesPath(w))
+		if !ok {
+			return res, fmt.Errorf("bench pool: no bubblewrap or root file system for the %s baseline", CaseBwrap)
+		}
+		cases = append(cases, c)
+	}
 	var refillErr error
 	settle := func() {
 		quiesce()
@@ -148,9 +165,18 @@ func (e *env) poolBench(ctx context.Context) (SandboxResult, error) {
 	cold, _ := row(rows, b, CasePoolCold)
 	floor, _ := row(rows, b, CasePoolExec)
 	api, _ := row(rows, b, CasePoolAPI)
+	if b == BackendLocal {
+		bw, _ := row(rows, b, CaseBwrap)
+		res.Checks = append(res.Checks,
+			ratioCheck(b+": claim → first exec / bwrap", warm, bw, TargetPoolBwrap, 0),
+			ratioCheck(b+": claim → first exec / bwrap (API)", api, bw, 0, 0),
+			ratioCheck(b+": cold / bwrap", cold, bw, 0, 0))
+	} else {
+		res.Checks = append(res.Checks,
+			boundCheck(b+": claim → first exec median", warm, TargetPoolClaim),
+			boundCheck(b+": claim → first exec median (API)", api, TargetPoolClaim))
+	}
 	res.Checks = append(res.Checks,
-		boundCheck(b+": claim → first exec median", warm, TargetPoolClaim),
-		boundCheck(b+": claim → first exec median (API)", api, TargetPoolClaim),
 		ratioCheck(b+": warm / cold", warm, cold, 0, 0),
 		ratioCheck(b+": warm / exec in a running sandbox", warm, floor, 0, 0))
 	res.Notes = append(res.Notes,
@@ -159,6 +185,9 @@ func (e *env) poolBench(ctx context.Context) (SandboxResult, error) {
 		"cold: the same with a spec of another class (pids limit one lower), which no pool holds: a cold start",
 		"exec: Exec `true` in a sandbox started before the runs (the floor under both)",
 		"the sandbox is removed and the pool refilled after the clock stops")
+	if b == BackendLocal {
+		res.Notes = append(res.Notes, bwrapNote)
+	}
 	return res, nil
 }
 
