@@ -182,8 +182,9 @@ func TestPooledJail(t *testing.T) {
 }
 
 // TestAttachRefused: Attach only takes a running pooled jail of this
-// backend, and a backend whose spawner fell back to the daemon's mount
-// namespace pools nothing (ErrNoAttach).
+// backend; a jail whose /workspace would not receive the mount, and a
+// backend whose spawner fell back to the daemon's mount namespace, pool
+// nothing (ErrNoAttach).
 func TestAttachRefused(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
@@ -191,6 +192,15 @@ func TestAttachRefused(t *testing.T) {
 	cold := startBox(t, b, sandbox.Spec{})
 	wantClass(t, b.Attach(t.Context(), cold.info, files), errdefs.ErrInvalid)
 	wantClass(t, b.Attach(t.Context(), sandbox.Info{ID: "sb_nope", Ref: "sb_nope"}, files), errdefs.ErrNotFound)
+
+	// The check CreateDetached makes: a jail whose /workspace is not a
+	// slave of the pool point (here a cold jail's, and this process, which
+	// has no /workspace) could never see an attached workspace.
+	for _, pid := range []int{cold.rec.Pid, os.Getpid()} {
+		if err := checkAttachable(b.stageDir, pid); !errors.Is(err, sandbox.ErrNoAttach) {
+			t.Errorf("checkAttachable(the stage, pid %d) = %v, want ErrNoAttach", pid, err)
+		}
+	}
 
 	fb := backendWithBwrap(t, fallbackBwrap(t))
 	if fb.noAttach == nil {
