@@ -20,7 +20,7 @@ func (b *Backend) accountFiles(ctx context.Context, id string) (passwd, group []
 		return f[0], f[1], nil
 	}
 	created, err := b.c.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{Image: id, Entrypoint: []string{"/agentbox-never-runs"},
+		Config: &container.Config{Image: id, Entrypoint: []string{"/agentbox-never-runs"}, NetworkDisabled: true,
 			Labels: map[string]string{"agentbox.unpack": "1"}},
 		HostConfig: &container.HostConfig{NetworkMode: "none"},
 	})

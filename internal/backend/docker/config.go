@@ -44,7 +44,18 @@ func (b *Backend) containerConfig(req sandbox.CreateRequest, spec sandbox.Spec, 
 	}
 	cfg := &container.Config{
 		Hostname: req.ID,
-		User:     user,
+		// With NetworkMode none, runc still gives the container a network
+		// namespace of its own with only a loopback device (up), as the
+		// engine's "none" network does; disabled, the engine's network
+		// controller (libnetwork) is not involved at all. Its "none"
+		// network made an endpoint for every container, and in the
+		// engine here (20.10.24) removing hundreds of them at once
+		// deadlocks it (moby/libnetwork#2649: getSvcRecords takes the
+		// network's lock then the controller's, processEndpointDelete
+		// the reverse), after which no container can be removed or
+		// created until the engine restarts.
+		NetworkDisabled: true,
+		User:            user,
 		// Only what the guest needs: the image adds its own ENV (PATH) and
 		// the engine HOSTNAME and HOME; commands get none of it, since the
 		// guest gives each exactly the environment its request names.
