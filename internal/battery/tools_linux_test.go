@@ -21,12 +21,7 @@ import (
 // toolImage is the Debian image with the language tools (issue 11), built by
 // scripts/test.sh through `agentbox image build --kind debian --packages ...` and, when
 // it is missing, by the battery through the same code (image.Build).
-const toolImage = "agentbox/debian:tools"
-
-// ToolPackages are the tool image's packages beyond the Debian image's own (git,
-// python3, pytest, make, gcc, procps): networkx ships its own test suite, the real
-// suite the battery runs.
-var toolPackages = []string{"golang-go", "nodejs", "npm", "unzip", "zip", "python3-networkx"}
+const toolImage = image.ToolsName
 
 // toolCase is one ordinary developer task: a bash script whose exit status and output
 // must be the same in a sandbox and under plain docker run of the same image.
@@ -97,10 +92,7 @@ func ensureToolImage(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
 	defer cancel()
-	if _, err := image.Build(ctx, image.BuildOptions{
-		Kind: image.KindDebian, Packages: toolPackages, Name: toolImage,
-		CacheDir: filepath.Join(image.DefaultCache, "..", "debootstrap"),
-	}); err != nil {
+	if _, err := image.Build(ctx, image.ToolsOptions(filepath.Join(image.DefaultCache, "..", "debootstrap"), nil)); err != nil {
 		backendtest.SkipOrFail(t, "building "+toolImage+": "+err.Error())
 	}
 }
