@@ -29,6 +29,7 @@ func (c *cli) benchCmd() *cobra.Command {
 		{"mcp", "MCP tool call round trip (run_command `true`) over stdio (agentbox mcp) and streamable HTTP (/mcp) vs the same exec through /v1; the overhead against a 1 ms goal", bench.DefaultMCPRuns, bench.MCP},
 		{"e2b", "the E2B endpoint through the official E2B JS SDK (Node): Sandbox.create → first commands.run('true'), and a commands.run('true') round trip, vs the same through /v1; the ratios", bench.DefaultE2BRuns, bench.E2B},
 		{"egress", "download and new-connection HTTP/CONNECT requests from a sandbox through the egress proxy vs the same python client on the host, direct (loopback upstreams)", bench.DefaultEgressRuns, bench.Egress},
+		{"suite", "part of networkx's own pytest suite (1,929 tests, from the tool image) in a sandbox per backend vs the same in a chroot of the image on the host; the ratios", bench.DefaultSuiteRuns, bench.Suite},
 	} {
 		cmd.AddCommand(c.benchSandboxCmd(b.use, b.short, b.runs, func(ctx context.Context, o bench.SandboxOptions, w io.Writer) (any, func(io.Writer), error) {
 			res, err := b.run(ctx, o, w)

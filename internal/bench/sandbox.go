@@ -772,6 +772,7 @@ func (r SandboxResult) Print(w io.Writer) {
 		"egress":     "HTTP(S) from inside a sandbox through the egress proxy vs the same client on the host, direct",
 		"pool":       "claim from a warm pool → first exec (`true`) vs cold create → first exec",
 		"mcp":        "MCP tool call round trip (run_command `true` in a running sandbox) vs the same exec through /v1",
+		"suite":      "a real test suite (part of networkx's own, pytest) in a sandbox vs on the host",
 	}[r.Benchmark]
 	fmt.Fprintf(w, "agentbox bench %s: %s\nimage %s, %d runs per case, cases interleaved in shuffled rounds\n\n", r.Benchmark, title, r.Image, r.Runs)
 	width := len("case")
