@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,6 +134,16 @@ func (st staged) keepPoolPoint(pid int) error {
 	rest.files = ""
 	if err := rest.detach(); err != nil {
 		return err
+	}
+	// The emptied entries go too: the stage's inodes are few, and a
+	// claimed jail keeps its stage directory as long as it runs.
+	for _, name := range stageEntries {
+		if name == "files" {
+			continue
+		}
+		if err := os.Remove(filepath.Join(st.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing stage entry: %w", err)
+		}
 	}
 	return checkAttachable(st.files, pid)
 }

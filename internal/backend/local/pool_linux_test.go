@@ -88,6 +88,9 @@ func TestPooledJail(t *testing.T) {
 			if fi, err := os.Stat(stage); err != nil || fi.Mode().Perm() != 0o700 {
 				t.Errorf("the pooled jail's stage %s: %v %v, want mode 0700", stage, fi, err)
 			}
+			if ents, err := os.ReadDir(stage); err != nil || len(ents) != 1 || ents[0].Name() != "files" {
+				t.Errorf("the pooled jail's stage holds %v (%v), want only its pool point", ents, err)
+			}
 
 			// Before: empty, not writable by the sandbox user.
 			if got := x.mustSh(t, "id -u; ls -A /workspace"); got != "1000\n" {

@@ -29,8 +29,10 @@ import (
 // no way to race them.
 
 // stageMountOptions make the stage tmpfs tiny and inert: it only holds
-// empty mount points.
-const stageMountOptions = "mode=0755,size=64k,nr_inodes=4096"
+// empty mount points. Inodes are allocated as used: the limit is high
+// enough for a directory and a pool point per running pooled jail (see
+// pool_linux.go) beside the stages of the creates under way.
+const stageMountOptions = "mode=0755,size=64k,nr_inodes=65536"
 
 // mountStage mounts the stage tmpfs at dir, first clearing whatever an
 // earlier run of the daemon left there.
