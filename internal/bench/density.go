@@ -238,7 +238,7 @@ func (r *DensityResult) summarize() {
 	}
 	perSandbox := "n/a"
 	if r.Reached > 0 {
-		perSandbox = fmtMiB((at.RSS - r.Base.RSS) / int64(r.Reached))
+		perSandbox = fmt.Sprintf("%.0f KiB", float64(at.RSS-r.Base.RSS)/float64(r.Reached)/(1<<10))
 	}
 	r.Checks = []LoadCheck{
 		{Name: "idle sandboxes, each answering within " + fmtDur(r.ExecBound), Value: fmt.Sprint(r.Reached), Target: fmt.Sprintf(">= %d", r.Target), Met: r.Reached >= r.Target},
