@@ -77,6 +77,7 @@ func (c *cli) benchDensityCmd() *cobra.Command {
 	fl.IntVar(&opts.Target, "target", bench.DefaultDensityTarget, "sandboxes to reach")
 	fl.IntVar(&opts.Step, "step", bench.DefaultDensityStep, "sandboxes added between sweeps")
 	fl.IntVar(&opts.Parallel, "parallel", bench.DefaultDensityParallel, "sandboxes created at once")
+	fl.DurationVar(&opts.Settle, "settle", bench.DefaultDensitySettle, "pause before a sweep that broke the bound is repeated (the step's creations settling)")
 	fl.StringVar(&image, "image", bench.DefaultImage, "image of the docker sandboxes (must be in the engine)")
 	return cmd
 }

@@ -23,6 +23,11 @@ const (
 	DefaultDensityParallel = 4
 	// DensityExecBound is how fast every idle sandbox must answer `true`.
 	DensityExecBound = 100 * time.Millisecond
+	// DefaultDensitySettle is the pause before a sweep is repeated: the
+	// engine is still busy with the step's creations when the first
+	// sweep runs right after them (its shims, cgroups and logs), and
+	// the sandboxes are to be measured idle.
+	DefaultDensitySettle = 30 * time.Second
 	// DensityRSSTarget is the most the daemon's RSS may be at the target.
 	DensityRSSTarget = 200 << 20
 )
@@ -40,6 +45,9 @@ type DensityOptions struct {
 	// DensityExecBound); tests that exercise the path without timing it
 	// set it high.
 	ExecBound time.Duration
+	// Settle is the pause before a sweep that broke the bound is
+	// repeated (default DefaultDensitySettle; negative: none).
+	Settle time.Duration
 }
 
 // DensityStep is the state after one step: the sweep of an exec of `true`
@@ -89,8 +97,9 @@ func (r DensityResult) OK() bool {
 // every sandbox, one at a time, through the API, and reads the daemon's
 // RSS, heap, goroutines and fds. It stops at opts.Target or at the first
 // step whose sweep has an exec slower than DensityExecBound (a sweep
-// that breaks the bound is repeated once, as the machine is shared, and
-// the step fails only if the repeat breaks it too). Then it removes
+// that breaks the bound is repeated once, after opts.Settle, as the
+// machine is shared and the step's creations may still be settling; the
+// step fails only if the repeat breaks it too). Then it removes
 // every workspace, timed, and looks for anything the run left on the
 // machine (a check of the result); close removes whatever that was.
 func Density(ctx context.Context, opts DensityOptions, log io.Writer) (res DensityResult, err error) {
@@ -105,6 +114,9 @@ func Density(ctx context.Context, opts DensityOptions, log io.Writer) (res Densi
 	}
 	if opts.ExecBound == 0 {
 		opts.ExecBound = DensityExecBound
+	}
+	if opts.Settle == 0 {
+		opts.Settle = DefaultDensitySettle
 	}
 	if opts.Target < 1 || opts.Step < 1 || opts.Parallel < 1 {
 		return res, fmt.Errorf("bench: target (%d), step (%d) and parallel (%d) must be positive", opts.Target, opts.Step, opts.Parallel)
@@ -139,8 +151,14 @@ func Density(ctx context.Context, opts DensityOptions, log io.Writer) (res Densi
 		st.CreateTook = time.Since(start)
 		lat, err := d.sweep(ctx, sbs)
 		if err == nil && lat[len(lat)-1] > opts.ExecBound {
-			fmt.Fprintf(log, "  %d sandboxes: slowest exec %s, sweeping again\n", len(sbs), fmtDur(lat[len(lat)-1]))
+			settle := max(opts.Settle, 0)
+			fmt.Fprintf(log, "  %d sandboxes: slowest exec %s, sweeping again in %s\n", len(sbs), fmtDur(lat[len(lat)-1]), settle)
 			st.Repeated, st.FirstMax = true, lat[len(lat)-1]
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-time.After(settle):
+			}
 			lat, err = d.sweep(ctx, sbs)
 		}
 		if err != nil {
@@ -255,7 +273,7 @@ func (r DensityResult) Print(w io.Writer) {
 	row := func(s DensityStep) {
 		rep := ""
 		if s.Repeated {
-			rep = " (swept twice: first max " + fmtDur(s.FirstMax) + ")"
+			rep = " (swept again after a pause: first max " + fmtDur(s.FirstMax) + ")"
 		}
 		fmt.Fprintf(w, "%9d %10s %10s %10s %10s %10s %10s %10d %6d%s\n", s.Sandboxes, fmtDur(s.CreateTook), fmtDur(s.ExecP50), fmtDur(s.ExecP99), fmtDur(s.ExecMax),
 			fmtMiB(s.RSS), fmtMiB(s.HeapInuse), s.Goroutines, s.FDs, rep)
