@@ -17,15 +17,7 @@ import (
 // and its end with its event in one transaction after.
 func BenchmarkExecRecord(b *testing.B) {
 	ctx := b.Context()
-	s, err := sqlstore.Open(ctx, filepath.Join(b.TempDir(), "agentbox.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	n := time.Now().UTC()
-	if err := s.CreateRepo(ctx, store.Repo{ID: "repo_a", URL: "https://example.invalid/a.git", Path: "/r", DefaultBranch: "main", CreatedAt: n}); err != nil {
-		b.Fatal(err)
-	}
+	s, n := storeWithRepo(b)
 	if err := s.CreateWorkspace(ctx, store.Workspace{ID: "ws_1", RepoID: "repo_a", Ref: "main", Driver: "overlay", Dir: "/w", State: store.WorkspaceReady, CreatedAt: n, UpdatedAt: n}); err != nil {
 		b.Fatal(err)
 	}
@@ -57,15 +49,7 @@ func BenchmarkExecRecord(b *testing.B) {
 // and that they still see the rows written in between.
 func TestPreparedBounded(t *testing.T) {
 	ctx := t.Context()
-	s, err := sqlstore.Open(ctx, filepath.Join(t.TempDir(), "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	n := time.Now().UTC()
-	if err := s.CreateRepo(ctx, store.Repo{ID: "repo_a", URL: "https://example.invalid/a.git", Path: "/r", DefaultBranch: "main", CreatedAt: n}); err != nil {
-		t.Fatal(err)
-	}
+	s, n := storeWithRepo(t)
 	var kept int
 	for i := range 20 {
 		ws, sb := fmt.Sprintf("ws_%d", i), fmt.Sprintf("sb_%d", i)
@@ -102,4 +86,19 @@ func TestPreparedBounded(t *testing.T) {
 	if _, err := s.GetWorkspace(ctx, "ws_missing"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("GetWorkspace of a missing workspace through a prepared statement: %v, want not found", err)
 	}
+}
+
+// storeWithRepo opens a new SQLite store, closed when the test ends, with
+// one repo (repo_a) made at the time it returns.
+func storeWithRepo(tb testing.TB) (*sqlstore.Store, time.Time) {
+	s, err := sqlstore.Open(tb.Context(), filepath.Join(tb.TempDir(), "agentbox.db"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	n := time.Now().UTC()
+	if err := s.CreateRepo(tb.Context(), store.Repo{ID: "repo_a", URL: "https://example.invalid/a.git", Path: "/r", DefaultBranch: "main", CreatedAt: n}); err != nil {
+		tb.Fatal(err)
+	}
+	return s, n
 }
