@@ -18,3 +18,6 @@ func Prepared(s *Store) int {
 	defer s.prepared.mu.Unlock()
 	return len(s.prepared.m)
 }
+
+// SetMaxConns bounds s's connection pool.
+func SetMaxConns(s *Store, n int) { s.db.SetMaxOpenConns(n) }

@@ -65,6 +65,10 @@ func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrating database %s: %w", name, scrub(err, cfg.Password))
 	}
+	if err := s.prepareTx(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("opening database %s: %w", name, scrub(err, cfg.Password))
+	}
 	return s, nil
 }
 

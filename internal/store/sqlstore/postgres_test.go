@@ -1,6 +1,7 @@
 package sqlstore_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -296,4 +297,40 @@ func TestHoldExclusiveAfterCrash(t *testing.T) {
 		t.Fatalf("after a dead daemon's session ended: %v", err)
 	}
 	release()
+}
+
+// TestPreparedWithOneConnection ends an exec, a transaction that runs
+// prepared statements, on a store whose pool has a single connection: a
+// statement first prepared from inside the transaction would wait for a
+// second connection forever.
+func TestPreparedWithOneConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	s, err := sqlstore.OpenPostgres(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sqlstore.SetMaxConns(s, 1)
+	n := time.Now().UTC()
+	if err := s.CreateRepo(ctx, store.Repo{ID: "repo_a", URL: "https://example.invalid/a.git", Path: "/r", DefaultBranch: "main", CreatedAt: n}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateWorkspace(ctx, store.Workspace{ID: "ws_1", RepoID: "repo_a", Ref: "main", Driver: "overlay", Dir: "/w", State: store.WorkspaceReady, CreatedAt: n, UpdatedAt: n}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSandbox(ctx, store.Sandbox{ID: "sb_1", WorkspaceID: "ws_1", Backend: "docker", State: "running", Spec: "{}", CreatedAt: n, UpdatedAt: n}); err != nil {
+		t.Fatal(err)
+	}
+	e := store.Exec{ID: "ex_1", SandboxID: "sb_1", WorkspaceID: "ws_1", Argv: `["true"]`, State: store.ExecRunning, StartedAt: n}
+	if err := s.CreateExec(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	e.State, e.FinishedAt = store.ExecExited, n.Add(time.Second)
+	if _, err := s.FinishExecEvent(ctx, e, store.Event{Actor: "t", Type: "exec.finished", SandboxID: "sb_1"}); err != nil {
+		t.Fatalf("ending an exec with one connection: %v", err)
+	}
+	if got, err := s.GetExec(ctx, "ex_1"); err != nil || got.State != store.ExecExited {
+		t.Fatalf("the exec after its end: %+v, %v", got, err)
+	}
 }

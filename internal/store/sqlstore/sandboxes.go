@@ -116,11 +116,16 @@ func (s *Store) FinishExec(ctx context.Context, e store.Exec) error {
 	return classify(tx.Commit(), what)
 }
 
+// The statements of finishExec.
+const (
+	updateExecEnd      = `UPDATE execs SET state=$2, exit_code=$3, signal=$4, timed_out=$5, oom=$6, cpu_ns=$7, peak_mem_bytes=$8, stdout_bytes=$9, stderr_bytes=$10, finished_at=$11, wall_ns=$12 WHERE id=$1`
+	updateExecActivity = `UPDATE sandboxes SET last_activity_at=$2 WHERE id=(SELECT sandbox_id FROM execs WHERE id=$1) AND last_activity_at < $2`
+)
+
 // finishExec is FinishExec's work within tx.
 func (s *Store) finishExec(ctx context.Context, tx *sql.Tx, e store.Exec) error {
 	what := "exec " + e.ID
-	res, err := s.execP(ctx, tx,
-		`UPDATE execs SET state=$2, exit_code=$3, signal=$4, timed_out=$5, oom=$6, cpu_ns=$7, peak_mem_bytes=$8, stdout_bytes=$9, stderr_bytes=$10, finished_at=$11, wall_ns=$12 WHERE id=$1`,
+	res, err := s.execP(ctx, tx, updateExecEnd,
 		e.ID, e.State, e.ExitCode, e.Signal, boolInt(e.TimedOut), boolInt(e.OOM), e.CPUNanos, e.PeakMemBytes,
 		e.StdoutBytes, e.StderrBytes, ts(e.FinishedAt), e.WallNanos)
 	if err != nil {
@@ -129,8 +134,7 @@ func (s *Store) finishExec(ctx context.Context, tx *sql.Tx, e store.Exec) error 
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("%s %w", what, errdefs.ErrNotFound)
 	}
-	if _, err := s.execP(ctx, tx,
-		`UPDATE sandboxes SET last_activity_at=$2 WHERE id=(SELECT sandbox_id FROM execs WHERE id=$1) AND last_activity_at < $2`,
+	if _, err := s.execP(ctx, tx, updateExecActivity,
 		e.ID, ts(e.FinishedAt)); err != nil {
 		return classify(err, what)
 	}

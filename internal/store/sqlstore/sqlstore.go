@@ -72,6 +72,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrating database %s: %w", path, err)
 	}
+	if err := s.prepareTx(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("opening database %s: %w", path, err)
+	}
 	return s, nil
 }
 

@@ -226,9 +226,9 @@ func (s *Store) withEvent(ctx context.Context, what string, ev store.Event, do f
 	if err := do(tx); err != nil {
 		return ev, err
 	}
-	ins, err := s.stmt(ctx, insertEvent)
+	ins, err := s.txStmt(ctx, tx, insertEvent)
 	if err == nil {
-		err = tx.StmtContext(ctx, ins).QueryRowContext(ctx, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
+		err = ins.QueryRowContext(ctx, ts(ev.Time), ev.Actor, ev.Type, ev.RepoID, ev.WorkspaceID, ev.SandboxID, ev.Detail).Scan(&ev.ID)
 	}
 	if err != nil {
 		return ev, classify(err, "event "+ev.Type)
