@@ -393,23 +393,33 @@ func (d *daemonProc) localLeftovers() ([]string, error) {
 	return left, nil
 }
 
-// containers lists the containers (any state) of the run's sandboxes.
+// containers lists the containers (any state) of the run's sandboxes as
+// "ID (sandbox)", the ID shortened.
 func (d *daemonProc) containers(ctx context.Context) ([]string, error) {
-	out, err := dockerCLI(ctx, d.opts.DockerHost, "ps", "-a", "--filter", "label="+sandbox.LabelManaged+"=1",
+	ids, sbs, err := d.runContainers(ctx)
+	var mine []string
+	for i, id := range ids {
+		mine = append(mine, id[:min(12, len(id))]+" ("+sbs[i]+")")
+	}
+	return mine, err
+}
+
+// runContainers lists the full IDs of the run's containers (any state)
+// and their sandboxes.
+func (d *daemonProc) runContainers(ctx context.Context) (ids, sbs []string, err error) {
+	out, err := dockerCLI(ctx, d.opts.DockerHost, "ps", "-a", "--no-trunc", "--filter", "label="+sandbox.LabelManaged+"=1",
 		"--format", `{{.ID}} {{.Label "`+sandbox.LabelSandbox+`"}}`)
 	if err != nil {
-		return nil, fmt.Errorf("bench: listing containers: %v: %s", err, out)
+		return nil, nil, fmt.Errorf("bench: listing containers: %v: %s", err, out)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var mine []string
 	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-		id, sb, _ := strings.Cut(line, " ")
-		if d.sandboxes[sb] {
-			mine = append(mine, id+" ("+sb+")")
+		if id, sb, _ := strings.Cut(line, " "); d.sandboxes[sb] {
+			ids, sbs = append(ids, id), append(sbs, sb)
 		}
 	}
-	return mine, nil
+	return ids, sbs, nil
 }
 
 // removeAll removes every workspace (and so every sandbox) the daemon

@@ -12,8 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // Teardown's pace.
@@ -79,7 +77,7 @@ func (d *daemonProc) teardown(ctx context.Context, before hostState, log io.Writ
 	}
 	td.Workspaces, td.Deadline = len(wss), teardownDeadline(len(wss))
 	// The containers' full IDs, to find their cgroups once they are gone.
-	ctrs, err := d.containerIDs(ctx)
+	ctrs, _, err := d.runContainers(ctx)
 	if err != nil {
 		return fail(err)
 	}
@@ -109,24 +107,6 @@ func (d *daemonProc) teardown(ctx context.Context, before hostState, log io.Writ
 	}
 	td.Left = append(td.Left, host...)
 	return td
-}
-
-// containerIDs lists the full IDs of the run's containers.
-func (d *daemonProc) containerIDs(ctx context.Context) ([]string, error) {
-	out, err := dockerCLI(ctx, d.opts.DockerHost, "ps", "-a", "--no-trunc", "--filter", "label="+sandbox.LabelManaged+"=1",
-		"--format", `{{.ID}} {{.Label "`+sandbox.LabelSandbox+`"}}`)
-	if err != nil {
-		return nil, fmt.Errorf("bench: listing containers: %v: %s", err, out)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var ids []string
-	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-		if id, sb, _ := strings.Cut(line, " "); d.sandboxes[sb] {
-			ids = append(ids, id)
-		}
-	}
-	return ids, nil
 }
 
 // hostLeftovers lists, beyond what leftovers finds: cgroups of the run's
