@@ -105,6 +105,13 @@ type WorkspaceResult struct {
 	Files int `json:"files"`
 	// RepoBytes is the total size of those files (a checkout's content).
 	RepoBytes int64 `json:"repo_bytes"`
+	// Changed is the number of files changed in a fork parent.
+	Changed int `json:"changed"`
+	// RCUExpedited is the kernel's /sys/kernel/rcu_expedited ("" when it
+	// cannot be read): a quota fork of a parent with many files freezes
+	// its volume, which waits for RCU grace periods, much shorter when
+	// expedited.
+	RCUExpedited string `json:"rcu_expedited,omitempty"`
 	// Cases are in a fixed order: the one-time pristine checkout, then
 	// creates, baselines and forks.
 	Cases []Case `json:"cases"`
@@ -150,6 +157,10 @@ func Workspace(ctx context.Context, opts WorkspaceOptions, log io.Writer) (res W
 	}()
 	res.Files = len(h.paths)
 	res.RepoBytes = h.treeBytes
+	res.Changed = len(h.changed)
+	if b, err := os.ReadFile("/sys/kernel/rcu_expedited"); err == nil {
+		res.RCUExpedited = strings.TrimSpace(string(b))
+	}
 
 	// The first overlay workspace of a commit makes the pristine checkout.
 	h.logf("warm-up: first overlay workspace (makes the pristine checkout)")
@@ -645,7 +656,11 @@ func (r WorkspaceResult) Print(w io.Writer) {
 	for _, c := range r.Cases {
 		runs = max(runs, c.Runs)
 	}
-	fmt.Fprintf(w, "agentbox workspace benchmark: %d files, %.1f MiB, %d runs per case\n\n", r.Files, float64(r.RepoBytes)/(1<<20), runs)
+	fmt.Fprintf(w, "agentbox workspace benchmark: %d files, %.1f MiB, %d runs per case, %d files changed in fork parents", r.Files, float64(r.RepoBytes)/(1<<20), runs, r.Changed)
+	if r.RCUExpedited != "" {
+		fmt.Fprintf(w, ", rcu_expedited=%s", r.RCUExpedited)
+	}
+	fmt.Fprintf(w, "\n\n")
 	fmt.Fprintf(w, "%-26s %5s %12s %12s\n", "case", "runs", "median", "p90")
 	for _, c := range r.Cases {
 		fmt.Fprintf(w, "%-26s %5d %12s %12s\n", c.Name, c.Runs, fmtDur(c.Median), fmtDur(c.P90))

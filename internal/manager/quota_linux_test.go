@@ -3,8 +3,11 @@ package manager
 import (
 	"bytes"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/policy"
@@ -128,5 +131,41 @@ func TestDiskQuotaPolicy(t *testing.T) {
 	res, out, _ := h.exec(small.ID, "sh", "-c", "dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1; echo rc=$?")
 	if res.SandboxID != sb.ID || !strings.Contains(out, "No space left on device") {
 		t.Errorf("filling a 16M workspace: %+v %q", res, out)
+	}
+}
+
+// TestRecoverThaws: a daemon that died between a fork's freeze of its
+// parent's disk and the thaw left the parent's writers waiting; the next
+// start thaws it and says so.
+func TestRecoverThaws(t *testing.T) {
+	h := newHarness(t, workspace.Overlay)
+	h.configure = func(c *Config) { c.DiskQuota = 16 << 20 }
+	h.reopen()
+	w := h.create(CreateRequest{})
+	fd, err := unix.Open(filepath.Join(w.Dir, "vol"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fifreeze = 0xC0045877
+	err = unix.IoctlSetInt(fd, fifreeze, 0)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.reopen()
+	if did, err := workspace.Thaw(w.Dir); err != nil || did {
+		t.Fatalf("after a restart the workspace's disk is still frozen: %v, %v", did, err)
+	}
+	if evs := h.events(w.ID, "workspace.thawed"); len(evs) != 1 {
+		t.Errorf("workspace.thawed events: %d, want 1", len(evs))
+	}
+	h.writeFile(w.ID, "after.txt", "after\n")
+	if got, ok := h.readFile(w.ID, "after.txt"); !ok || got != "after\n" {
+		t.Errorf("after.txt = %q, %v", got, ok)
+	}
+	// A start with nothing frozen thaws nothing.
+	h.reopen()
+	if evs := h.events(w.ID, "workspace.thawed"); len(evs) != 1 {
+		t.Errorf("workspace.thawed events after a clean start: %d, want 1", len(evs))
 	}
 }

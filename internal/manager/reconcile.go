@@ -41,6 +41,9 @@ const (
 	// RepairWorkspaceRolledBack: a workspace left creating or removing by
 	// an operation that no longer runs was removed.
 	RepairWorkspaceRolledBack = "workspace_rolled_back"
+	// RepairWorkspaceThawed: a ready workspace whose disk a fork had frozen
+	// (and a crash kept from thawing) was thawed at start.
+	RepairWorkspaceThawed = "workspace_thawed"
 	// RepairMountRemoved: a mount under the workspaces directory that no
 	// workspace owns was detached.
 	RepairMountRemoved = "mount_removed"
@@ -56,7 +59,7 @@ const (
 // RepairKinds lists every repair kind, so that a metric can show each at
 // zero from the start.
 var RepairKinds = []string{RepairSandboxLost, RepairSandboxRolledBack, RepairEnvironmentRemoved,
-	RepairWorkspaceRemounted, RepairWorkspaceRolledBack, RepairMountRemoved, RepairDirRemoved, RepairPristineForgotten}
+	RepairWorkspaceRemounted, RepairWorkspaceRolledBack, RepairWorkspaceThawed, RepairMountRemoved, RepairDirRemoved, RepairPristineForgotten}
 
 // RepairObserver is implemented by a Config.Observer that also counts the
 // reconciler's repairs (the daemon's metrics). It is optional: an

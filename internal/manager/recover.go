@@ -54,6 +54,16 @@ func (m *Manager) Recover(ctx context.Context) error {
 				errs = append(errs, err)
 				continue
 			}
+			// A daemon that died while forking it left it frozen, and
+			// its sandbox's writers waiting (see workspace.Thaw).
+			if did, err := workspace.Thaw(w.Dir); err != nil {
+				errs = append(errs, err)
+				continue
+			} else if did {
+				ev.Type = "workspace.thawed"
+				m.event(ctx, ev, map[string]any{"reason": "frozen for a fork that did not finish"})
+				m.countRepair(RepairWorkspaceThawed)
+			}
 			// Mounts again (and records it) when a reboot unmounted it.
 			if did, err := m.attach(ctx, w, drv, "daemon"); err != nil {
 				errs = append(errs, err)

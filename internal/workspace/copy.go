@@ -29,6 +29,12 @@ func (d copyDriver) Fork(ctx context.Context, parentDir, dir string, src Source)
 	if err := copyTree(ctx, d.Files(filesRoot(parentDir)), d.Files(dir)); err != nil {
 		return err
 	}
+	return d.finishFork(ctx, dir, src)
+}
+
+// finishFork sets the branch of a fork whose tree at dir is a copy of the
+// parent's.
+func (d copyDriver) finishFork(ctx context.Context, dir string, src Source) error {
 	if src.Branch == "" || src.Commit == "" {
 		return nil
 	}

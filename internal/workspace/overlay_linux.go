@@ -60,6 +60,12 @@ func (d overlayDriver) Fork(ctx context.Context, parentDir, dir string, src Sour
 	if err := copyTree(ctx, filepath.Join(filesRoot(parentDir), "upper"), filepath.Join(dir, "upper")); err != nil {
 		return err
 	}
+	return d.finishFork(ctx, dir, src)
+}
+
+// finishFork sets the branch of a fork whose upper layer at dir is a copy
+// of the parent's, and mounts it.
+func (d overlayDriver) finishFork(ctx context.Context, dir string, src Source) error {
 	if src.Branch != "" && src.Commit != "" {
 		if err := writeBranchUpper(filepath.Join(dir, "upper"), src.Branch, src.Commit, src.UID, src.GID); err != nil {
 			return fmt.Errorf("writing branch %s: %w", src.Branch, err)

@@ -48,7 +48,10 @@ func makeVolume(ctx context.Context, dir, templates string, size int64) error {
 // UUID, which ext4 does not mind). Made under a temporary name and
 // renamed, so a crash never leaves a half-made template behind that name.
 func volumeTemplate(ctx context.Context, dir string, size int64) (string, error) {
-	p := filepath.Join(dir, fmt.Sprintf("ext4-%d.img", size))
+	// v2: without resize_inode, whose reserved descriptor blocks were 4
+	// MiB of every image, copied by every create and fork; a volume never
+	// grows.
+	p := filepath.Join(dir, fmt.Sprintf("ext4-v2-%d.img", size))
 	if _, err := os.Stat(p); err == nil {
 		return p, nil
 	}
@@ -70,7 +73,7 @@ func volumeTemplate(ctx context.Context, dir string, size int64) (string, error)
 	}
 	// -m 0: no blocks reserved for root (the quota is all the workspace's);
 	// lazy init: the inode tables and journal stay holes.
-	if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "agentbox-ws",
+	if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "agentbox-ws", "-O", "^resize_inode",
 		"-E", "lazy_itable_init=1,lazy_journal_init=1", tmp); err != nil {
 		return "", fmt.Errorf("formatting a disk image template: %w", err)
 	}
@@ -233,7 +236,37 @@ func (q quotaDriver) Create(ctx context.Context, dir string, src Source) error {
 	return q.inner.Create(ctx, filepath.Join(dir, volumeMount), src)
 }
 
+// forkFinisher is a driver that can finish a fork whose layout at dir is
+// already a copy of the parent's: set the branch, mount the files.
+type forkFinisher interface {
+	finishFork(ctx context.Context, dir string, src Source) error
+}
+
+// snapshotMinFiles is the number of files (inodes in use) from which a
+// fork copies the parent's volume image rather than its files. A
+// snapshot costs about the same whatever the parent holds, but its
+// freeze waits for three RCU grace periods (about 24 ms here, under 1 ms
+// with /sys/kernel/rcu_expedited set), while a file costs about 0.15 ms
+// to copy: a fresh volume holds about 20.
+const snapshotMinFiles = 128
+
+// Fork copies the parent's volume image, frozen for the copy (see
+// snapshotVolume), when it has one of the same size holding at least
+// snapshotMinFiles files; otherwise it makes a new volume and copies the
+// parent's layout into it file by file.
 func (q quotaDriver) Fork(ctx context.Context, parentDir, dir string, src Source) error {
+	if f, ok := q.inner.(forkFinisher); ok && q.sameSize(parentDir) {
+		if err := mountVolume(ctx, parentDir); err != nil {
+			return err
+		}
+		var fs unix.Statfs_t
+		if err := unix.Statfs(filepath.Join(parentDir, volumeMount), &fs); err != nil {
+			return err
+		}
+		if fs.Files-fs.Ffree >= snapshotMinFiles {
+			return q.forkImage(ctx, f, parentDir, dir, src)
+		}
+	}
 	if err := makeVolume(ctx, dir, q.templates, q.quota); err != nil {
 		return err
 	}
@@ -242,6 +275,30 @@ func (q quotaDriver) Fork(ctx context.Context, parentDir, dir string, src Source
 		return errdefs.Invalid("the parent's files do not fit in a disk quota of %d bytes: %v", q.quota, err)
 	}
 	return err
+}
+
+// forkImage makes dir's volume a snapshot of the parent's and finishes
+// the fork in it.
+func (q quotaDriver) forkImage(ctx context.Context, f forkFinisher, parentDir, dir string, src Source) error {
+	img := VolumeImage(dir)
+	if err := snapshotVolume(parentDir, img); err != nil {
+		return err
+	}
+	mnt := filepath.Join(dir, volumeMount)
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		return err
+	}
+	// A file just made is under no loop device.
+	if err := mountImage(img, mnt, true); err != nil {
+		return err
+	}
+	return f.finishFork(ctx, mnt, src)
+}
+
+// sameSize reports whether the workspace at dir has a volume of q's size.
+func (q quotaDriver) sameSize(dir string) bool {
+	st, err := os.Lstat(VolumeImage(dir))
+	return err == nil && st.Mode().IsRegular() && st.Size() == q.quota
 }
 
 func (q quotaDriver) Attach(ctx context.Context, dir, lower string) error {
