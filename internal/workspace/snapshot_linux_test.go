@@ -97,8 +97,8 @@ func TestForkSnapshot(t *testing.T) {
 			}
 			// Enough files for a snapshot (snapshotMinFiles).
 			many := map[string]string{}
-			for i := range snapshotMinFiles {
-				many[fmt.Sprintf("many/%d", i)] = strconv.Itoa(i)
+			for i := range snapshotMinFiles() {
+				many[fmt.Sprintf("many/%d", i)] = strconv.FormatUint(i, 10)
 			}
 			for p, c := range many {
 				mustWrite(t, filepath.Join(pf, p), c)
@@ -227,7 +227,7 @@ func TestForkUnderWriter(t *testing.T) {
 	}
 	content := func(i int) string { return fmt.Sprintf("file %d %0512d\n", i, i) }
 	// Enough files for a snapshot from the first fork (snapshotMinFiles).
-	const before = snapshotMinFiles
+	before := int(snapshotMinFiles())
 	for i := range before {
 		mustWrite(t, filepath.Join(out, strconv.Itoa(i)), content(i))
 	}
