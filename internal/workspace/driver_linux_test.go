@@ -321,6 +321,20 @@ func testDriverFork(t *testing.T, d Driver) {
 	if _, commit, err := Head(cf); err != nil || commit != fx.commit {
 		t.Errorf("fork Head = %q, %v", commit, err)
 	}
+	checkIndependent(t, pf, cf)
+	// The fork survives its parent.
+	if err := Remove(ctx, d, parent); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(cf, "lib", "a.go")); err != nil || string(b) != "package lib // changed\n" {
+		t.Errorf("fork after the parent's removal: %q, %v", b, err)
+	}
+}
+
+// checkIndependent writes child.txt in the fork's files cf and parent.txt
+// in the parent's pf, and checks that neither shows in the other.
+func checkIndependent(t *testing.T, pf, cf string) {
+	t.Helper()
 	mustWrite(t, filepath.Join(cf, "child.txt"), "c\n")
 	mustWrite(t, filepath.Join(pf, "parent.txt"), "p\n")
 	if _, err := os.Lstat(filepath.Join(pf, "child.txt")); !os.IsNotExist(err) {
@@ -328,13 +342,6 @@ func testDriverFork(t *testing.T, d Driver) {
 	}
 	if _, err := os.Lstat(filepath.Join(cf, "parent.txt")); !os.IsNotExist(err) {
 		t.Errorf("the parent's later file is in the child: %v", err)
-	}
-	// The fork survives its parent.
-	if err := Remove(ctx, d, parent); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := os.ReadFile(filepath.Join(cf, "lib", "a.go")); err != nil || string(b) != "package lib // changed\n" {
-		t.Errorf("fork after the parent's removal: %q, %v", b, err)
 	}
 }
 
