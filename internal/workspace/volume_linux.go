@@ -83,6 +83,9 @@ func volumeTemplate(ctx context.Context, dir string, size int64) (string, error)
 	if err := os.Rename(tmp, p); err != nil {
 		return "", err
 	}
+	// The first template's name, made by daemons before v2, serves
+	// nothing now.
+	os.Remove(filepath.Join(dir, fmt.Sprintf("ext4-%d.img", size)))
 	return p, syncDir(dir)
 }
 

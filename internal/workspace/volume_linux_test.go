@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/testutil"
+	"github.com/agentbox/agentbox/internal/testutil/skip"
 )
 
 // freeBytes is the free space of the file system holding path.
@@ -211,5 +214,33 @@ func TestVolumesConcurrently(t *testing.T) {
 		if err := unmountVolume(d); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestTemplateV2: templates have no resize_inode (its reserved blocks
+// were 4 MiB of every copy), and an older daemon's template of the same
+// size goes when the new one is made.
+func TestTemplateV2(t *testing.T) {
+	if os.Geteuid() != 0 {
+		skip.OrFail(t, "volume templates are made as root")
+	}
+	dir := t.TempDir()
+	old := filepath.Join(dir, fmt.Sprintf("ext4-%d.img", 16<<20))
+	if err := os.WriteFile(old, []byte("old template"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := volumeTemplate(t.Context(), dir, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("the old template is still there: %v", err)
+	}
+	out, err := exec.Command("dumpe2fs", "-h", p).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dumpe2fs: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "has_journal") || strings.Contains(string(out), "resize_inode") {
+		t.Errorf("template features:\n%s", out)
 	}
 }
