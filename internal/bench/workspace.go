@@ -158,9 +158,7 @@ func Workspace(ctx context.Context, opts WorkspaceOptions, log io.Writer) (res W
 	res.Files = len(h.paths)
 	res.RepoBytes = h.treeBytes
 	res.Changed = len(h.changed)
-	if b, err := os.ReadFile("/sys/kernel/rcu_expedited"); err == nil {
-		res.RCUExpedited = strings.TrimSpace(string(b))
-	}
+	res.RCUExpedited = workspace.RCUExpedited()
 
 	// The first overlay workspace of a commit makes the pristine checkout.
 	h.logf("warm-up: first overlay workspace (makes the pristine checkout)")

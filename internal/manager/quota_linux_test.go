@@ -3,11 +3,10 @@ package manager
 import (
 	"bytes"
 	"errors"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/errdefs"
 	"github.com/agentbox/agentbox/internal/policy"
@@ -142,15 +141,8 @@ func TestRecoverThaws(t *testing.T) {
 	h.configure = func(c *Config) { c.DiskQuota = 16 << 20 }
 	h.reopen()
 	w := h.create(CreateRequest{})
-	fd, err := unix.Open(filepath.Join(w.Dir, "vol"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const fifreeze = 0xC0045877
-	err = unix.IoctlSetInt(fd, fifreeze, 0)
-	unix.Close(fd)
-	if err != nil {
-		t.Fatal(err)
+	if out, err := exec.Command("fsfreeze", "--freeze", filepath.Join(w.Dir, "vol")).CombinedOutput(); err != nil {
+		t.Fatalf("fsfreeze: %v: %s", err, out)
 	}
 	h.reopen()
 	if did, err := workspace.Thaw(w.Dir); err != nil || did {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,25 +33,20 @@ const (
 	ioctlThaw   = 0xC0045878
 )
 
-// freezeLocks serialise the freezes of one volume: a second FIFREEZE of a
-// frozen file system fails with EBUSY.
-var freezeLocks sync.Map // image path -> *sync.Mutex
-
 // snapshotVolume makes dst (which must not exist) a copy of the image of
 // the workspace at dir, whose volume is mounted, consistent as of one
 // instant: the volume is frozen for the copy and thawed after it,
-// whatever happens.
+// whatever happens. The caller keeps other snapshots of dir from running
+// at the same time (the manager forks a parent under its lock): a second
+// freeze of a frozen file system fails with EBUSY.
 func snapshotVolume(dir, dst string) (err error) {
 	img := VolumeImage(dir)
-	mu, _ := freezeLocks.LoadOrStore(img, new(sync.Mutex))
-	mu.(*sync.Mutex).Lock()
-	defer mu.(*sync.Mutex).Unlock()
 	if ok, err := volumeMounted(dir); err != nil {
 		return err
 	} else if !ok {
 		return fmt.Errorf("snapshotting the disk of %s: it is not mounted", dir)
 	}
-	fd, err := unix.Open(filepath.Join(dir, volumeMount), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := openVolume(dir)
 	if err != nil {
 		return fmt.Errorf("snapshotting the disk of %s: %w", dir, err)
 	}
@@ -85,7 +79,7 @@ func Thaw(dir string) (bool, error) {
 	if ok, err := volumeMounted(dir); err != nil || !ok {
 		return false, err
 	}
-	fd, err := unix.Open(filepath.Join(dir, volumeMount), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := openVolume(dir)
 	if err != nil {
 		return false, err
 	}
@@ -98,6 +92,12 @@ func Thaw(dir string) (bool, error) {
 	default:
 		return false, fmt.Errorf("thawing the disk of %s: %w", dir, err)
 	}
+}
+
+// openVolume opens the root of the mounted volume of the workspace at
+// dir, for its ioctls.
+func openVolume(dir string) (int, error) {
+	return unix.Open(filepath.Join(dir, volumeMount), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 }
 
 // span is a byte range of an image.

@@ -58,10 +58,11 @@ func allocatedIn(t *testing.T, p string, r span) int64 {
 	return n
 }
 
-// frozen runs fn with the volume of the workspace at dir frozen.
-func frozen(t *testing.T, dir string, fn func()) {
+// freeze freezes the volume of the workspace at dir and leaves it frozen
+// once its descriptor is closed, as a daemon that dies mid-fork does.
+func freeze(t *testing.T, dir string) {
 	t.Helper()
-	fd, err := unix.Open(filepath.Join(dir, volumeMount), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	fd, err := openVolume(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,13 @@ func frozen(t *testing.T, dir string, fn func()) {
 	if err := unix.IoctlSetInt(fd, ioctlFreeze, 0); err != nil {
 		t.Fatal(err)
 	}
-	defer unix.IoctlSetInt(fd, ioctlThaw, 0)
+}
+
+// frozen runs fn with the volume of the workspace at dir frozen.
+func frozen(t *testing.T, dir string, fn func()) {
+	t.Helper()
+	freeze(t, dir)
+	defer Thaw(dir)
 	fn()
 }
 
@@ -295,14 +302,7 @@ func TestThaw(t *testing.T) {
 	if did, err := Thaw(dir); err != nil || did {
 		t.Fatalf("Thaw of a live volume = %v, %v", did, err)
 	}
-	fd, err := unix.Open(filepath.Join(dir, volumeMount), unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.IoctlSetInt(fd, ioctlFreeze, 0); err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(fd) // the freeze outlives its descriptor, as it does its process
+	freeze(t, dir)
 	var wg sync.WaitGroup
 	wg.Go(func() { mustWrite(t, filepath.Join(d.Files(dir), "after.txt"), "after\n") })
 	if did, err := Thaw(dir); err != nil || !did {

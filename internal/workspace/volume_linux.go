@@ -17,8 +17,8 @@ import (
 
 // makeVolume creates the sparse image of size bytes in dir (which exists),
 // formatted, and mounts it at dir/vol. The image is a copy of a template
-// formatted once per size (see volumeTemplate): copying its few MiB of
-// metadata costs a fraction of mkfs.
+// formatted once per size (see volumeTemplate): copying its few hundred
+// KiB of metadata costs a fraction of mkfs.
 func makeVolume(ctx context.Context, dir, templates string, size int64) error {
 	if size < MinQuota {
 		return errdefs.Invalid("disk quota %d bytes is under the minimum of %d", size, MinQuota)
@@ -254,7 +254,7 @@ type forkFinisher interface {
 // about 0.05 ms per inode over a new volume's. The two thresholds are
 // where the two cost the same, measured with agentbox bench workspace.
 func snapshotMinFiles() uint64 {
-	if b, err := os.ReadFile("/sys/kernel/rcu_expedited"); err == nil && strings.TrimSpace(string(b)) != "0" {
+	if e := RCUExpedited(); e != "" && e != "0" {
 		return 64
 	}
 	return 512

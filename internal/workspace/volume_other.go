@@ -40,3 +40,6 @@ func ProbeVolume(context.Context, string, string) error { return errNoVolume }
 func VolumeUsage(string) (Usage, error) { return Usage{}, errNoVolume }
 
 func unmountVolume(string) error { return nil }
+
+// Thaw has nothing to thaw where volumes cannot be frozen.
+func Thaw(string) (bool, error) { return false, nil }
