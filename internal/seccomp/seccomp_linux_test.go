@@ -173,3 +173,88 @@ func TestFilterBadInput(t *testing.T) {
 		t.Error("assembled a jump to an undefined label")
 	}
 }
+
+// TestFilterEveryNumber checks the dispatch on the system call number over
+// the whole range gVisor evaluates (0 to 2000): with the arguments that
+// trip one rule, exactly that rule's calls and the denied ones fail.
+func TestFilterEveryNumber(t *testing.T) {
+	arch, _ := nativeAudit()
+	const guest = 4242
+	f, err := Build(Options{Protect: []int{guest}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied := map[uint32]bool{}
+	for _, s := range deniedSyscalls {
+		denied[s.nr] = true
+	}
+	for _, nr := range archDeniedSyscalls {
+		denied[nr] = true
+	}
+	set := func(nrs ...uint32) map[uint32]bool {
+		m := map[uint32]bool{}
+		for _, nr := range nrs {
+			m[nr] = true
+		}
+		return m
+	}
+	var mknods []uint32
+	for _, m := range archMknod {
+		mknods = append(mknods, m.nr)
+	}
+	for _, rule := range []struct {
+		name  string
+		args  []uint64
+		trips map[uint32]bool
+	}{
+		{"no argument trips a rule", nil, nil},
+		{"a namespace flag", []uint64{unix.CLONE_NEWNS}, set(unix.SYS_CLONE)},
+		{"a packet socket", []uint64{unix.AF_PACKET}, set(unix.SYS_SOCKET)},
+		{"TIOCSTI", []uint64{0, unix.TIOCSTI}, set(unix.SYS_IOCTL)},
+		{"a char device", []uint64{0, unix.S_IFCHR, unix.S_IFCHR}, set(mknods...)},
+		{"PID 1", []uint64{1}, set(pidSyscalls...)},
+	} {
+		for nr := uint32(0); nr <= 2000; nr++ {
+			want := uint32(unix.SECCOMP_RET_ALLOW)
+			switch {
+			case denied[nr] || rule.trips[nr]:
+				want = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+			case nr == unix.SYS_CLONE3:
+				want = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+			}
+			if got := run(t, f, arch, nr, rule.args...); got != want {
+				t.Errorf("%s: syscall %d: action %#x, want %#x", rule.name, nr, got, want)
+			}
+		}
+	}
+}
+
+// TestFilterPathLength bounds the longest run through the filter: the
+// dispatch is a search, not a chain of one comparison per rule (see
+// program.dispatch for why that matters under gVisor).
+func TestFilterPathLength(t *testing.T) {
+	f, err := Build(Options{Protect: []int{2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Jumps only go forward, so the longest path from each instruction
+	// follows from those after it.
+	longest := make([]int, len(f)+1)
+	for pc := len(f) - 1; pc >= 0; pc-- {
+		in := f[pc]
+		switch {
+		case in.Code&0x07 == unix.BPF_RET:
+			longest[pc] = 1
+		case in.Code&0x07 == unix.BPF_JMP && in.Code&0xf0 == unix.BPF_JA:
+			longest[pc] = 1 + longest[pc+1+int(in.K)]
+		case in.Code&0x07 == unix.BPF_JMP:
+			longest[pc] = 1 + max(longest[pc+1+int(in.Jt)], longest[pc+1+int(in.Jf)])
+		default:
+			longest[pc] = 1 + longest[pc+1]
+		}
+	}
+	if rules := len(deniedSyscalls) + len(archDeniedSyscalls) + len(pidSyscalls); longest[0] > 24 {
+		t.Errorf("the longest run through the filter is %d instructions (%d rules)", longest[0], rules)
+	}
+	t.Logf("%d instructions, longest run %d", len(f), longest[0])
+}
