@@ -165,9 +165,11 @@ func TestSandboxBenchmarks(t *testing.T) {
 		"docker/" + CaseExecManager, "docker/" + CaseExecAPI, "docker/" + CaseDockerExec,
 		"gvisor/" + CaseExecManager, "gvisor/" + CaseExecAPI, "gvisor/" + CaseDockerExec,
 		"local/" + CaseExecManager, "local/" + CaseExecAPI, "host/" + CaseHostExec,
+		"docker/" + CaseSandboxExec, "gvisor/" + CaseSandboxExec, "local/" + CaseSandboxExec,
 	})
 	checkChecks(t, res, "docker: API median", "docker: docker exec / API (speed-up)", "gvisor: docker exec / API (speed-up)",
-		"local: API median", "local: docker exec / API (speed-up)")
+		"local: API median", "local: docker exec / API (speed-up)",
+		"docker: API / fork/exec inside", "gvisor: API / fork/exec inside", "local: API / fork/exec inside")
 
 	res, err = e.createBench(ctx)
 	if err != nil {
