@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -138,14 +138,16 @@ func readlinkat(dirfd int, name string) (string, error) {
 // copyFile copies the regular file name in the directory open at dirfd:
 // the data extents only (SEEK_DATA/SEEK_HOLE), then the size, so holes
 // stay holes. The owner, mode, times and attributes come from the open
-// file, so a name swapped after it was listed cannot lend them.
+// file, so a name swapped after it was listed cannot lend them. It works
+// on raw descriptors: a fork copies every changed file, and os.File's
+// poller registration and copy_file_range (which fails across the two
+// volumes) cost more system calls than the copy of a small file itself.
 func (c *copier) copyFile(dirfd int, name, dst string) error {
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	in := os.NewFile(uintptr(fd), name)
-	defer in.Close()
+	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
@@ -160,49 +162,101 @@ func (c *copier) copyFile(dirfd int, name, dst string) error {
 		}
 		c.links[key] = dst
 	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	out, err := unix.Open(dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return err
 	}
-	defer out.Close()
-	size := st.Size
+	err = c.copyData(fd, out, st.Size, st.Blocks*512 >= st.Size)
+	if err == nil {
+		err = copyXattrs(fd, "", dst)
+	}
+	if err == nil {
+		err = finishFd(out, &st)
+	}
+	if cerr := unix.Close(out); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// copyData copies size bytes of in to out at the same offsets. A file
+// with as many blocks as bytes has no hole and is copied whole; any other
+// is copied extent by extent (SEEK_DATA/SEEK_HOLE), and its size set last.
+func (c *copier) copyData(in, out int, size int64, dense bool) error {
+	if dense {
+		return c.copyRange(in, out, 0, size)
+	}
 	var off int64
 	for off < size {
-		if err := c.ctx.Err(); err != nil {
-			return err
-		}
-		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+		data, err := unix.Seek(in, off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
 			break // only a hole remains
 		}
 		if err != nil {
 			return err
 		}
-		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
+		hole, err := unix.Seek(in, data, unix.SEEK_HOLE)
 		if err != nil {
 			return err
 		}
-		if _, err := in.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		if _, err := out.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		if _, err := io.CopyN(out, in, hole-data); err != nil && !errors.Is(err, io.EOF) {
+		if err := c.copyRange(in, out, data, hole); err != nil {
 			return err
 		}
 		off = hole
 	}
-	if err := out.Truncate(size); err != nil {
+	return unix.Ftruncate(out, size)
+}
+
+// copyRange copies the bytes [from, to) of in to the same offsets of out.
+// The file may shrink meanwhile (a command still writing it): the copy
+// ends where its data does.
+func (c *copier) copyRange(in, out int, from, to int64) error {
+	if c.buf == nil {
+		c.buf = make([]byte, 128<<10)
+	}
+	for off := from; off < to; {
+		if err := c.ctx.Err(); err != nil {
+			return err
+		}
+		n, err := unix.Pread(in, c.buf[:min(int64(len(c.buf)), to-off)], off)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		for w := 0; w < n; {
+			m, err := unix.Pwrite(out, c.buf[w:n], off+int64(w))
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			w += m
+		}
+		off += int64(n)
+	}
+	return nil
+}
+
+// finishFd gives the file open at fd the owner, mode and times of st.
+func finishFd(fd int, st *unix.Stat_t) error {
+	if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
 		return err
 	}
-	if err := out.Close(); err != nil {
+	if err := unix.Fchmod(fd, st.Mode&0o7777); err != nil {
 		return err
 	}
-	if err := copyXattrs(fd, "", dst); err != nil {
-		return err
+	// utimensat(fd, NULL, ...) sets the times of fd itself (futimens).
+	ts := [2]unix.Timespec{st.Atim, st.Mtim}
+	if _, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0); e != 0 {
+		return e
 	}
-	return finish(dst, &st)
+	return nil
 }
 
 // copyXattrs copies the extended attributes of name in the directory

@@ -1,10 +1,14 @@
 package workspace
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -30,6 +34,20 @@ func TestCopyTreeFidelity(t *testing.T) {
 	sparse, _ := os.Create(filepath.Join(src, "sparse"))
 	sparse.WriteAt([]byte("tail"), 10<<30) // 10 GiB apparent, a few KiB real
 	sparse.Close()
+	// A hole in the middle of data, and a file larger than the copy's
+	// buffer.
+	holed, _ := os.Create(filepath.Join(src, "holed"))
+	holed.WriteAt([]byte("head"), 0)
+	holed.WriteAt([]byte("tail"), 8<<20)
+	holed.Close()
+	big := bytes.Repeat([]byte("0123456789abcdef"), 40<<10) // 640 KiB
+	os.WriteFile(filepath.Join(src, "big"), big, 0o644)
+	// Owner before mode: a chown after the chmod would clear set-user-ID.
+	os.WriteFile(filepath.Join(src, "suid"), []byte("x"), 0o755)
+	os.Chown(filepath.Join(src, "suid"), 1000, 1000)
+	unix.Chmod(filepath.Join(src, "suid"), 0o4755)
+	mtime := time.Date(2001, 2, 3, 4, 5, 6, 7000, time.UTC)
+	os.Chtimes(filepath.Join(src, "d", "f.txt"), mtime, mtime)
 
 	if err := copyTree(t.Context(), src, dst); err != nil {
 		t.Fatal(err)
@@ -41,6 +59,23 @@ func TestCopyTreeFidelity(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "d", "f.txt")); string(b) != "hello" {
 		t.Errorf("content %q", b)
+	}
+	if got := time.Unix(st.Mtim.Unix()); !got.Equal(mtime) {
+		t.Errorf("f.txt mtime %v, want %v", got, mtime)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "big")); !bytes.Equal(b, big) {
+		t.Errorf("big: %d bytes copied, want %d the same", len(b), len(big))
+	}
+	unix.Lstat(filepath.Join(dst, "suid"), &st)
+	if st.Uid != 1000 || st.Mode&0o7777 != 0o4755 {
+		t.Errorf("suid: owner %d mode %o, want 1000 and 4755", st.Uid, st.Mode&0o7777)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "holed")); len(b) != 8<<20+4 || string(b[:4]) != "head" || string(b[8<<20:]) != "tail" || bytes.Count(b[4:8<<20], []byte{0}) != 8<<20-4 {
+		t.Errorf("holed: %d bytes, wrong content", len(b))
+	}
+	unix.Stat(filepath.Join(dst, "holed"), &st)
+	if st.Blocks*512 > 1<<20 {
+		t.Errorf("holed: %d bytes allocated: the hole was filled", st.Blocks*512)
 	}
 	unix.Lstat(filepath.Join(dst, "d"), &st)
 	if st.Mode&0o777 != 0o750 {
@@ -69,5 +104,41 @@ func TestCopyTreeFidelity(t *testing.T) {
 	unix.Stat(filepath.Join(dst, "sparse"), &st)
 	if st.Size != 10<<30+4 || st.Blocks*512 > 1<<20 {
 		t.Errorf("sparse copy: size %d, %d bytes allocated", st.Size, st.Blocks*512)
+	}
+}
+
+// BenchmarkCopyTree copies what a fork of a workspace with 100 changed
+// files copies: the files, each in a directory of its own, under shared
+// parents, as overlayfs copies them up.
+func BenchmarkCopyTree(b *testing.B) {
+	src := filepath.Join(b.TempDir(), "src")
+	for i := range 100 {
+		p := filepath.Join(src, fmt.Sprintf("d%d/e%d/f%d", i%40, i%7, i), "file.go")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("package changed\n\n// modified by a benchmark\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Into a volume, as a fork with a quota (the default) does, emptied
+	// after each copy: a root file system that fills with directories
+	// slows down run after run.
+	vol := b.TempDir()
+	if err := makeVolume(b.Context(), vol, b.TempDir(), 1<<30); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unmountVolume(vol) })
+	b.ResetTimer()
+	for i := range b.N {
+		dst := filepath.Join(vol, volumeMount, strconv.Itoa(i))
+		if err := copyTree(b.Context(), src, dst); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := os.RemoveAll(dst); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 	}
 }
