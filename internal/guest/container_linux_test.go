@@ -186,6 +186,30 @@ func exerciseSandbox(t *testing.T, sb *sandbox) {
 			}
 		}
 	})
+	t.Run("what a command leaves dies with it", func(t *testing.T) {
+		// Background children, a double fork and a new session: orphans,
+		// which the reaper (or, where reapers cannot keep them, the guest)
+		// kills before the result goes out.
+		marker := newMarker()
+		// Each orphan is a shell whose command line holds the marker,
+		// with a sleep below it.
+		res, out, _ := must(t, ExecRequest{Argv: []string{"sh", "-c",
+			`sh -c "sleep 1000; :" "$1" & (sh -c "sleep 1001; :" "$1" &) ; setsid sh -c "sleep 1002; :" "$1" & echo started`, "sh", marker}}, "")
+		if res.ExitCode != 0 || out != "started\n" {
+			t.Fatalf("got %+v %q", res, out)
+		}
+		_, ps, _ := must(t, ExecRequest{Argv: []string{"ps", "-o", "pid,stat,args"}}, "")
+		for _, line := range strings.Split(strings.TrimSpace(ps), "\n")[1:] {
+			if strings.Contains(line, marker) || strings.Contains(line, "sleep 100") {
+				t.Errorf("left after the command ended: %q", line)
+			}
+		}
+		if sb.name != "runsc" {
+			if left := census(marker); len(left) != 0 {
+				t.Errorf("host sees processes left: %+v", left)
+			}
+		}
+	})
 	t.Run("guest survives signals from commands", func(t *testing.T) {
 		// Linux protects a namespace's PID 1 from SIGKILL and SIGSTOP sent
 		// from inside; gVisor 20221219 does not, and under bubblewrap

@@ -91,6 +91,32 @@ type Guest struct {
 	running int
 }
 
+// gvisorVersion is the kernel version string every gVisor release reports
+// (uname -v), the 2022 one and the current one alike.
+const gvisorVersion = "#1 SMP Sun Jan 10 15:06:54 PST 2016"
+
+// subreapersKeepOrphans says the orphans of a command stay under its
+// reaper, so that none can come to a guest that is PID 1 unless a reaper
+// dies (which the guest sweeps after on its own): on Linux, where a child
+// subreaper gets them, when reapers are made subreapers (guest.SubreaperEnv).
+// Not under gVisor: its 2022 release accepted PR_SET_CHILD_SUBREAPER and
+// still gave orphans to PID 1, and its gvisor backend turns subreapers off.
+// Where it says no, the guest scans the process table after each command
+// (Guest.sweepOrphans): a tenth of an exec's round trip under runc.
+func subreapersKeepOrphans() bool {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	return keepsOrphans(os.Getenv(guest.SubreaperEnv), unix.ByteSliceToString(u.Version[:]))
+}
+
+// keepsOrphans is subreapersKeepOrphans for the value of guest.SubreaperEnv
+// and the kernel's version string.
+func keepsOrphans(subreaperEnv, kernelVersion string) bool {
+	return subreaperEnv != "0" && kernelVersion != gvisorVersion
+}
+
 // maxIdleReapers bounds the reapers kept for reuse.
 const maxIdleReapers = 2
 
@@ -104,10 +130,12 @@ func Run(ctx context.Context, cfg Config) error {
 	// Under a runtime whose own init is PID 1 (bubblewrap), orphans of a
 	// killed reaper come here instead of escaping. As PID 1 it is a no-op
 	// that tells whether reapers can be subreapers.
+	subreapers := true
 	if err := setupProcess(); err != nil {
 		if self != 1 {
 			return err
 		}
+		subreapers = false
 		cfg.Logger.Warn("reapers cannot be subreapers: orphans of commands are killed when no command runs", "error", err)
 	}
 	exe, err := os.Executable()
@@ -120,17 +148,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer devnull.Close()
 	g := &Guest{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		exe:        exe,
-		self:       self,
-		reapers:    make(map[int]*reaper),
-		reaperArgv: reaperArgv(cfg.Landlock),
-		cred:       credential(cfg.Commands),
-		commands:   cfg.Commands,
-		devnull:    devnull,
-		// As PID 1 the sweep costs a scan of a few processes.
-		sweepOrphans: self == 1,
+		cfg:          cfg,
+		log:          cfg.Logger,
+		exe:          exe,
+		self:         self,
+		reapers:      make(map[int]*reaper),
+		reaperArgv:   reaperArgv(cfg.Landlock),
+		cred:         credential(cfg.Commands),
+		commands:     cfg.Commands,
+		devnull:      devnull,
+		sweepOrphans: self == 1 && !(subreapers && subreapersKeepOrphans()),
 	}
 	// The reaper TakeToken started before the guest re-executed itself
 	// is known before anything is reaped.
