@@ -129,6 +129,9 @@ func (c *cli) benchSandboxCmd(use, short string, runs int, run func(context.Cont
 	if use == "concurrent" || use == "all" {
 		fl.IntVar(&opts.Concurrency, "concurrency", bench.DefaultConcurrency, "sandboxes started at once")
 	}
+	if use == "exec" {
+		fl.BoolVar(&opts.NoDockerExec, "no-docker-exec", false, "leave docker exec out of the rounds (its work in dockerd and containerd goes on after it returns, into the next case)")
+	}
 	if use == "create" || use == "all" {
 		fl.IntVar(&opts.Profile, "profile", 0, "then time the daemon-side steps of this many instrumented create → first exec runs per backend")
 	}

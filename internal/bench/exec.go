@@ -108,7 +108,7 @@ func (e *env) execBench(ctx context.Context) (SandboxResult, error) {
 			tcase{backend: b, name: CaseSandboxExec, baseline: true, timed: func(ctx context.Context) (time.Duration, error) {
 				return e.forkExecInside(ctx, sb.ID)
 			}})
-		if !e.dockerOK {
+		if !e.dockerOK || e.opts.NoDockerExec {
 			continue
 		}
 		rt := runtimeOf(b)
@@ -156,6 +156,9 @@ func (e *env) execBench(ctx context.Context) (SandboxResult, error) {
 			ratioCheck(b+": API / manager (cost of the API)", api, mgr, 0, 0),
 			ratioCheck(b+": manager / host fork/exec", mgr, host, 0, 0),
 			ratioCheck(b+": API / fork/exec inside", api, inside, 0, 0))
+	}
+	if e.opts.NoDockerExec {
+		res.Notes = append(res.Notes, "docker exec was left out of the rounds (--no-docker-exec)")
 	}
 	for rt, ctr := range baselineCtr {
 		res.Notes = append(res.Notes, fmt.Sprintf("docker exec runs in container %.12s (runtime %s): docker run -d %s -v WORKSPACE:/workspace %s sleep; local is compared with runc", ctr, rt, strings.Join(dockerLimitArgs("RUN", rt), " "), e.opts.Image))

@@ -91,6 +91,10 @@ type SandboxOptions struct {
 	// Kubeconfig is the cluster of the kubernetes backend, measured only
 	// when named in Backends.
 	Kubeconfig string
+	// NoDockerExec leaves the docker exec baseline out of the exec
+	// benchmark's rounds: its work in dockerd and containerd goes on after
+	// it returns, into whichever case comes next.
+	NoDockerExec bool
 	// Profile is the number of extra, instrumented create→first exec runs
 	// per backend whose steps are timed (create benchmark only; 0: none).
 	Profile int

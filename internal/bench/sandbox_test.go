@@ -171,6 +171,20 @@ func TestSandboxBenchmarks(t *testing.T) {
 		"local: API median", "local: docker exec / API (speed-up)",
 		"docker: API / fork/exec inside", "gvisor: API / fork/exec inside", "local: API / fork/exec inside")
 
+	// Without the docker exec baseline: the same rows but that one.
+	e.opts.NoDockerExec = true
+	res, err = e.execBench(ctx)
+	e.opts.NoDockerExec = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRows(t, res, 2, []string{
+		"docker/" + CaseExecManager, "docker/" + CaseExecAPI, "gvisor/" + CaseExecManager, "gvisor/" + CaseExecAPI,
+		"local/" + CaseExecManager, "local/" + CaseExecAPI, "host/" + CaseHostExec,
+		"docker/" + CaseSandboxExec, "gvisor/" + CaseSandboxExec, "local/" + CaseSandboxExec,
+	})
+	checkChecks(t, res, "docker: API median", "docker: API / fork/exec inside")
+
 	res, err = e.createBench(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -196,8 +210,8 @@ func TestSandboxBenchmarks(t *testing.T) {
 		t.Errorf("%d sandboxes still recorded after the benchmarks", len(left))
 	}
 	sbs := made(t, e)
-	// exec: one per backend; create: 2 runs; concurrent: 2 x 2.
-	if want := 3 * (1 + 2 + 4); len(sbs) != want {
+	// exec: one per backend, twice; create: 2 runs; concurrent: 2 x 2.
+	if want := 3 * (2 + 2 + 4); len(sbs) != want {
 		t.Errorf("%d sandboxes created, want %d", len(sbs), want)
 	}
 	runID, root := e.runID, e.root
