@@ -34,6 +34,7 @@ import (
 	"github.com/agentbox/agentbox/internal/backend/docker"
 	"github.com/agentbox/agentbox/internal/backend/local"
 	"github.com/agentbox/agentbox/internal/egress"
+	"github.com/agentbox/agentbox/internal/guest"
 	"github.com/agentbox/agentbox/internal/image"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -520,12 +521,18 @@ func (e *env) workspace(ctx context.Context) (store.Workspace, error) {
 
 // execTrue runs `true` in target through the manager.
 func (e *env) execTrue(ctx context.Context, target string) error {
-	res, err := e.m.Exec(ctx, target, execTrueReq, nil, io.Discard, io.Discard)
+	return e.execOK(ctx, target, execTrueReq)
+}
+
+// execOK runs req in target through the manager, its output discarded,
+// and fails unless it exits 0.
+func (e *env) execOK(ctx context.Context, target string, req guest.ExecRequest) error {
+	res, err := e.m.Exec(ctx, target, req, nil, io.Discard, io.Discard)
 	if err != nil {
 		return err
 	}
 	if res.ExitCode != 0 || res.Signal != 0 {
-		return fmt.Errorf("true in %s: exit %d signal %d", target, res.ExitCode, res.Signal)
+		return fmt.Errorf("%s in %s: exit %d signal %d", req.Argv[0], target, res.ExitCode, res.Signal)
 	}
 	return nil
 }

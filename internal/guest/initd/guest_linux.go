@@ -108,14 +108,18 @@ func subreapersKeepOrphans() bool {
 	if err := unix.Uname(&u); err != nil {
 		return false
 	}
-	return keepsOrphans(os.Getenv(guest.SubreaperEnv), unix.ByteSliceToString(u.Version[:]))
+	return keepsOrphans(subreapersOn(), unix.ByteSliceToString(u.Version[:]))
 }
 
-// keepsOrphans is subreapersKeepOrphans for the value of guest.SubreaperEnv
-// and the kernel's version string.
-func keepsOrphans(subreaperEnv, kernelVersion string) bool {
-	return subreaperEnv != "0" && kernelVersion != gvisorVersion
+// keepsOrphans is subreapersKeepOrphans for whether reapers are made
+// subreapers and the kernel's version string.
+func keepsOrphans(subreapers bool, kernelVersion string) bool {
+	return subreapers && kernelVersion != gvisorVersion
 }
+
+// subreapersOn says reapers make themselves child subreapers: unless
+// guest.SubreaperEnv is "0".
+func subreapersOn() bool { return os.Getenv(guest.SubreaperEnv) != "0" }
 
 // maxIdleReapers bounds the reapers kept for reuse.
 const maxIdleReapers = 2

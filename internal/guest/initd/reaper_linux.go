@@ -62,7 +62,7 @@ func RunReaper(args []string) int {
 	// turned off by guest.SubreaperEnv), orphans go to the guest, which
 	// then sweeps them itself (see Guest.sweepOrphans).
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	if os.Getenv(guest.SubreaperEnv) != "0" {
+	if subreapersOn() {
 		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
 	// A session of its own, for its commands' process groups (see
