@@ -104,8 +104,8 @@ func TestForkSnapshot(t *testing.T) {
 			}
 			// Enough files for a snapshot (snapshotMinFiles).
 			many := map[string]string{}
-			for i := range snapshotMinFiles() {
-				many[fmt.Sprintf("many/%d", i)] = strconv.FormatUint(i, 10)
+			for i := range snapshotMinFiles {
+				many[fmt.Sprintf("many/%d", i)] = strconv.Itoa(i)
 			}
 			for p, c := range many {
 				mustWrite(t, filepath.Join(pf, p), c)
@@ -227,7 +227,7 @@ func TestForkUnderWriter(t *testing.T) {
 	}
 	content := func(i int) string { return fmt.Sprintf("file %d %0512d\n", i, i) }
 	// Enough files for a snapshot from the first fork (snapshotMinFiles).
-	before := int(snapshotMinFiles())
+	before := snapshotMinFiles
 	for i := range before {
 		mustWrite(t, filepath.Join(out, strconv.Itoa(i)), content(i))
 	}
@@ -373,4 +373,94 @@ func TestWithout(t *testing.T) {
 			t.Errorf("without(%v, %v) = %v, want %v", tt.r, tt.skip, got, tt.want)
 		}
 	}
+}
+
+// TestQuietSnapshot: a parent that takes no write is copied without a
+// freeze, and the copy is the whole file system, sound; a write that
+// reaches the device during the attempt makes it give up (the caller then
+// freezes), leaving nothing behind, and the fork still holds it.
+func TestQuietSnapshot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		skip.OrFail(t, "loop devices and mounts need root")
+	}
+	templates := t.TempDir()
+	parent := t.TempDir()
+	if err := makeVolume(t.Context(), parent, templates, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountVolume(parent) })
+	want := map[string]string{}
+	for i := range 200 {
+		p := fmt.Sprintf("d%d/f%d", i%10, i)
+		want[p] = strconv.Itoa(i)
+		mustWrite(t, filepath.Join(parent, volumeMount, p), want[p])
+	}
+	fd, err := openVolume(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	// child makes a directory for a copy, and checks the copy once
+	// mounted there: the files, then a clean file system once unmounted.
+	child := func(name string) string {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	check := func(dir string, want map[string]string) {
+		t.Helper()
+		mnt := filepath.Join(dir, volumeMount)
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := mountImage(VolumeImage(dir), mnt, true); err != nil {
+			t.Fatal(err)
+		}
+		got := readTree(t, mnt)
+		delete(got, "lost+found")
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("the copy's files (-want +got):\n%s", diff)
+		}
+		if err := unmountVolume(dir); err != nil {
+			t.Fatal(err)
+		}
+		fsck(t, dir)
+	}
+
+	idle := child("idle")
+	ok, err := quietSnapshot(fd, VolumeImage(parent), VolumeImage(idle))
+	if err != nil || !ok {
+		t.Fatalf("quietSnapshot of an idle volume = %v, %v; want a copy without a freeze", ok, err)
+	}
+	check(idle, want)
+
+	// A write that reaches the device between the two looks, its journal
+	// emptied again after it: only the device's counters tell.
+	busy := child("busy")
+	quietHook = func() {
+		mustWrite(t, filepath.Join(parent, volumeMount, "late"), "late")
+		if err := unix.Syncfs(fd); err != nil {
+			t.Error(err)
+		}
+		if err := unix.IoctlSetPointerInt(fd, ioctlCheckpoint, 0); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { quietHook = nil })
+	ok, err = quietSnapshot(fd, VolumeImage(parent), VolumeImage(busy))
+	if err != nil || ok {
+		t.Fatalf("quietSnapshot of a volume written meanwhile = %v, %v; want false", ok, err)
+	}
+	if _, err := os.Lstat(VolumeImage(busy)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a quiet snapshot given up left its copy: %v", err)
+	}
+	// snapshotVolume then freezes; the write is in the copy.
+	quietHook = nil
+	if err := snapshotVolume(parent, VolumeImage(busy)); err != nil {
+		t.Fatal(err)
+	}
+	want["late"] = "late"
+	check(busy, want)
 }

@@ -23,8 +23,11 @@ import (
 //   - freeze and thaw: FIFREEZE and FITHAW of a parent's volume, the
 //     floor of a snapshot fork whatever the parent holds, each 100 ms
 //     after the last, as forks come;
-//   - snapshot: snapshotVolume of a parent holding 1,000 written files
-//     (freeze, sparse copy of the image, thaw);
+//   - snapshot: snapshotVolume of a parent holding 1,000 written files,
+//     which takes no write meanwhile: a quiet snapshot (two cleanings
+//     of the file system, sparse copy of the image);
+//   - snapshot, frozen: the same copy taken frozen (freeze, copy, thaw),
+//     as a parent that is written to during a fork is;
 //   - mount snapshot: a snapshot's image under a new loop device.
 //
 // Each step's setup and clean-up run with the timer stopped.
@@ -99,6 +102,26 @@ func BenchmarkQuotaFork(b *testing.B) {
 			time.Sleep(100 * time.Millisecond)
 			b.StartTimer()
 			if err := snapshotVolume(parent, img); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			os.RemoveAll(filepath.Dir(img))
+			b.StartTimer()
+		}
+	})
+
+	b.Run("snapshot, frozen", func(b *testing.B) {
+		fd, err := openVolume(parent)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer unix.Close(fd)
+		for range b.N {
+			b.StopTimer()
+			img := filepath.Join(fresh(), "volume.img")
+			time.Sleep(100 * time.Millisecond)
+			b.StartTimer()
+			if err := frozenSnapshot(fd, parent, VolumeImage(parent), img); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()

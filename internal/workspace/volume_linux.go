@@ -247,22 +247,19 @@ type forkFinisher interface {
 
 // snapshotMinFiles is the number of files (inodes in use, directories
 // included; a fresh volume holds about 20) from which a fork copies the
-// parent's volume image rather than its files. A snapshot costs about the
-// same whatever the parent holds, but its freeze waits for three RCU
-// grace periods: about 24 ms on this machine's kernel, under 1 ms when
-// the host sets /sys/kernel/rcu_expedited. A file-by-file copy costs
-// about 0.05 ms per inode over a new volume's. The two thresholds are
-// where the two cost the same, measured with agentbox bench workspace.
-func snapshotMinFiles() uint64 {
-	if e := RCUExpedited(); e != "" && e != "0" {
-		return 64
-	}
-	return 512
-}
+// parent's volume image rather than its files. A snapshot of a parent
+// that takes no write meanwhile (a quiet one, the usual case) costs about
+// 3 ms whatever the parent holds, and mounting the copy about 4 ms; a
+// file-by-file copy costs about 1 ms for a new volume and 0.05 ms per
+// inode (agentbox bench workspace, go test -bench QuotaFork). A parent
+// written to during the fork is frozen for the copy instead, which waits
+// for three RCU grace periods: about 24 ms more on this machine's kernel,
+// under 1 ms when the host sets /sys/kernel/rcu_expedited.
+const snapshotMinFiles = 64
 
 // Fork copies the parent's volume image, frozen for the copy (see
 // snapshotVolume), when it has one of the same size holding at least
-// snapshotMinFiles() files; otherwise it makes a new volume and copies the
+// snapshotMinFiles files; otherwise it makes a new volume and copies the
 // parent's layout into it file by file.
 func (q quotaDriver) Fork(ctx context.Context, parentDir, dir string, src Source) error {
 	if f, ok := q.inner.(forkFinisher); ok && q.sameSize(parentDir) {
@@ -273,7 +270,7 @@ func (q quotaDriver) Fork(ctx context.Context, parentDir, dir string, src Source
 		if err := unix.Statfs(filepath.Join(parentDir, volumeMount), &fs); err != nil {
 			return err
 		}
-		if fs.Files-fs.Ffree >= snapshotMinFiles() {
+		if fs.Files-fs.Ffree >= snapshotMinFiles {
 			return q.forkImage(ctx, f, parentDir, dir, src)
 		}
 	}
