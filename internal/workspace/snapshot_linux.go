@@ -105,13 +105,14 @@ var quietHook func()
 // back (syncfs), the journal committed, written to its places and marked
 // empty (EXT4_IOC_CHECKPOINT). The device's counters are read between the
 // two and after the copy. When no sector was written or discarded and no
-// request was in flight at either look, the second cleaning found nothing to write,
-// so the device held the whole file system, clean, before the copy, and
-// the copy read one unchanging device: the same instant a freeze would
-// have given. The copy's journal is empty, as a freeze leaves it (its
-// body is left out); only its super block still says the file system is
-// mounted, and the journal it names is empty, so mounting it replays
-// nothing.
+// request was in flight at either look, the second cleaning found nothing
+// to write, so the device held the whole file system, clean, before the
+// copy, and the copy read one unchanging device: the same instant a
+// freeze would have given. The copy's journal is empty, as a freeze
+// leaves it (its body is left out); only its super block still says the
+// file system is mounted, and the journal it names is empty, so mounting
+// it replays nothing. A sandbox that keeps writing only sends its
+// workspace's forks down the frozen path.
 func quietSnapshot(fd int, img, dst string) (bool, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
