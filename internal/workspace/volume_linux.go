@@ -257,7 +257,7 @@ type forkFinisher interface {
 // under 1 ms when the host sets /sys/kernel/rcu_expedited.
 const snapshotMinFiles = 64
 
-// Fork copies the parent's volume image, frozen for the copy (see
+// Fork copies the parent's volume image, one instant of it (see
 // snapshotVolume), when it has one of the same size holding at least
 // snapshotMinFiles files; otherwise it makes a new volume and copies the
 // parent's layout into it file by file.
