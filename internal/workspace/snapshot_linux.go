@@ -43,8 +43,7 @@ const (
 // snapshots of dir from running at the same time (the manager forks a
 // parent under its lock): a second freeze of a frozen file system fails
 // with EBUSY.
-func snapshotVolume(dir, dst string) (err error) {
-	img := VolumeImage(dir)
+func snapshotVolume(dir, dst string) error {
 	if ok, err := volumeMounted(dir); err != nil {
 		return err
 	} else if !ok {
@@ -55,18 +54,20 @@ func snapshotVolume(dir, dst string) (err error) {
 		return fmt.Errorf("snapshotting the disk of %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
-	if ok, err := quietSnapshot(fd, img, dst); err != nil || ok {
-		if err != nil {
-			return fmt.Errorf("snapshotting the disk of %s: %w", dir, err)
-		}
+	quiet, err := quietSnapshot(fd, VolumeImage(dir), dst)
+	if err != nil {
+		return fmt.Errorf("snapshotting the disk of %s: %w", dir, err)
+	}
+	if quiet {
 		return nil
 	}
-	return frozenSnapshot(fd, dir, img, dst)
+	return frozenSnapshot(fd, dir, dst)
 }
 
-// frozenSnapshot copies img to dst while the file system mounted from it,
-// open at fd, is frozen.
-func frozenSnapshot(fd int, dir, img, dst string) (err error) {
+// frozenSnapshot copies the image of the workspace at dir to dst while
+// the file system mounted from it, open at fd, is frozen.
+func frozenSnapshot(fd int, dir, dst string) (err error) {
+	img := VolumeImage(dir)
 	if err := unix.IoctlSetInt(fd, ioctlFreeze, 0); err != nil {
 		return fmt.Errorf("freezing the disk of %s: %w", dir, err)
 	}

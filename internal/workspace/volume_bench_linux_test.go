@@ -123,7 +123,7 @@ func BenchmarkQuotaFork(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer unix.Close(fd)
-		snapshots(b, func(img string) error { return frozenSnapshot(fd, parent, VolumeImage(parent), img) })
+		snapshots(b, func(img string) error { return frozenSnapshot(fd, parent, img) })
 	})
 
 	b.Run("mount snapshot", func(b *testing.B) {
