@@ -257,8 +257,8 @@ func TestProfile(t *testing.T) {
 			return exec.Command("cp", "-a", "--reflink=auto", "--sparse=always", "--", filepath.Join(par.Dir, "upper")+"/.", filepath.Join(c.Dir, "upper")+"/").Run()
 		})
 		fk.time("overlay: Attach (mountinfo scan + stat + mount(2))", func() error { return drv.Attach(ctx, c.Dir, pristine.Path) })
-		fk.time("ForkHostGit: cp -a hostgit", func() error {
-			return exec.Command("cp", "-a", "--reflink=auto", "--sparse=always", "--", workspace.HostGitDir(par.Dir)+"/.", workspace.HostGitDir(c.Dir)+"/").Run()
+		fk.time("workspace.ForkHostGit (links the index and objects)", func() error {
+			return workspace.ForkHostGit(ctx, par.Dir, c.Dir, h.repo.Path)
 		})
 		var head string
 		fk.time("workspace.Head", func() (err error) { _, head, err = workspace.Head(drv.Files(c.Dir)); return })

@@ -63,6 +63,14 @@ func (s notifyingStore) UpdateSandboxEvent(ctx context.Context, sb store.Sandbox
 	return e, err
 }
 
+func (s notifyingStore) UpdateWorkspaceEvent(ctx context.Context, w store.Workspace, e store.Event) (store.Event, error) {
+	e, err := s.Store.UpdateWorkspaceEvent(ctx, w, e)
+	if err == nil {
+		s.bus.notify()
+	}
+	return e, err
+}
+
 func (s notifyingStore) RecordEgress(ctx context.Context, u store.EgressUsage, e store.Event) (store.Event, error) {
 	e, err := s.Store.RecordEgress(ctx, u, e)
 	if err == nil {

@@ -600,7 +600,15 @@ func (m *Manager) createWorkspace(ctx context.Context, req CreateRequest, upload
 		return w, err
 	}
 	w.State = store.WorkspaceReady
-	if err := m.st.UpdateWorkspace(ctx, w); err != nil {
+	detail := map[string]any{"commit": commit, "branch": branch, "driver": driverName, "task": req.Task}
+	switch {
+	case upload != nil:
+		detail["source"] = "upload"
+	case req.Empty:
+		detail["source"] = "empty"
+	}
+	ev := eventRecord(ctx, store.Event{Type: "workspace.created", RepoID: repo.ID, WorkspaceID: id}, detail)
+	if _, err := m.st.UpdateWorkspaceEvent(ctx, w, ev); err != nil {
 		return w, err
 	}
 	undo.release()
@@ -610,14 +618,6 @@ func (m *Manager) createWorkspace(ctx context.Context, req CreateRequest, upload
 	}
 	repo.LastUsedAt = now
 	m.st.UpdateRepo(ctx, repo)
-	detail := map[string]any{"commit": commit, "branch": branch, "driver": driverName, "task": req.Task}
-	switch {
-	case upload != nil:
-		detail["source"] = "upload"
-	case req.Empty:
-		detail["source"] = "empty"
-	}
-	m.event(ctx, store.Event{Type: "workspace.created", RepoID: repo.ID, WorkspaceID: id}, detail)
 	m.log.InfoContext(ctx, "workspace created", KeyWorkspace, id, KeyRepo, repo.ID, "driver", driverName)
 	return w, nil
 }
@@ -902,12 +902,12 @@ func (m *Manager) ForkWorkspace(ctx context.Context, id string, req ForkRequest)
 		return w, err
 	}
 	w.State = store.WorkspaceReady
-	if err := m.st.UpdateWorkspace(ctx, w); err != nil {
+	ev := eventRecord(ctx, store.Event{Type: "workspace.forked", RepoID: w.RepoID, WorkspaceID: cid},
+		map[string]any{"parent_id": id, "branch": branch})
+	if _, err := m.st.UpdateWorkspaceEvent(ctx, w, ev); err != nil {
 		return w, err
 	}
 	undo.release()
-	m.event(ctx, store.Event{Type: "workspace.forked", RepoID: w.RepoID, WorkspaceID: cid},
-		map[string]any{"parent_id": id, "branch": branch})
 	return w, nil
 }
 

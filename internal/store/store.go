@@ -196,6 +196,9 @@ type Store interface {
 	// ListWorkspaces lists all workspaces, or those of one repo.
 	ListWorkspaces(ctx context.Context, repoID string) ([]Workspace, error)
 	UpdateWorkspace(ctx context.Context, w Workspace) error
+	// UpdateWorkspaceEvent is UpdateWorkspace and AppendEvent(ev) in one
+	// transaction: a workspace made ready and its event cost one commit.
+	UpdateWorkspaceEvent(ctx context.Context, w Workspace, ev Event) (Event, error)
 	// SetWorkspaceSandboxSpec records the sandbox spec (JSON) last asked for on a
 	// workspace, refused or not; UpdateWorkspace leaves it alone.
 	SetWorkspaceSandboxSpec(ctx context.Context, id, spec string) error

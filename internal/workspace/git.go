@@ -64,20 +64,26 @@ func InitHostGit(ctx context.Context, dir, mirror, seedIndex string) error {
 }
 
 // ForkHostGit gives the workspace at dir a host-private git directory that
-// starts from the parent's index and objects. Loose objects are immutable,
-// so they are hard-linked, not copied.
+// starts from the parent's index, exclude list and objects. All of them
+// are hard-linked, not copied: loose objects are immutable, and the index
+// and exclude list are only ever replaced by a rename (git's index.lock,
+// Exclude's temporary file), never written in place, so a change on
+// either side leaves the other's file as it was.
 func ForkHostGit(ctx context.Context, parentDir, dir, mirror string) error {
-	if err := InitHostGit(ctx, dir, mirror, filepath.Join(HostGitDir(parentDir), "index")); err != nil {
+	if err := InitHostGit(ctx, dir, mirror, ""); err != nil {
+		return err
+	}
+	phg, hg := HostGitDir(parentDir), HostGitDir(dir)
+	if err := os.Link(filepath.Join(phg, "index"), filepath.Join(hg, "index")); err != nil {
 		return err
 	}
 	// What the parent keeps out of its results (Exclude), the fork does too.
-	parentExclude := filepath.Join(HostGitDir(parentDir), "info", "exclude")
-	if _, err := os.Stat(parentExclude); err == nil {
-		exclude := filepath.Join(HostGitDir(dir), "info", "exclude")
+	if _, err := os.Stat(filepath.Join(phg, "info", "exclude")); err == nil {
+		exclude := filepath.Join(hg, "info", "exclude")
 		if err := os.Remove(exclude); err != nil {
 			return err
 		}
-		if err := copyFile(parentExclude, exclude); err != nil {
+		if err := os.Link(filepath.Join(phg, "info", "exclude"), exclude); err != nil {
 			return err
 		}
 	}

@@ -1,9 +1,11 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -350,4 +352,92 @@ func TestGitCommitFollowsNoLinks(t *testing.T) {
 			t.Errorf("Commit wrote through the index symlink: victim = %q", b)
 		}
 	})
+}
+
+// A fork's host git directory shares the parent's index and exclude list
+// until either side changes them; a change on one side leaves the other's
+// as it was (both are replaced by rename, never written in place).
+func TestForkHostGit(t *testing.T) {
+	ctx := t.Context()
+	author := Author{Name: "A", Email: "a@example.invalid"}
+	parent, fx := hostGit(t)
+	if err := parent.Exclude("/parent-before.log"); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(parent.Files, "README.md"), "parent before the fork\n")
+	base, err := parent.Commit(ctx, "before the fork", author, testUID, testGID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := New(Copy)
+	dir := filepath.Join(fx.top, "fork")
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Remove(context.Background(), d, dir) })
+	if err := d.Fork(ctx, parent.Dir, dir, Source{Branch: "fork", Commit: base, UID: testUID, GID: testGID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ForkHostGit(ctx, parent.Dir, dir, fx.repo.Path); err != nil {
+		t.Fatal(err)
+	}
+	fork := Git{Dir: dir, Files: d.Files(dir)}
+	index := func(g Git) string { return filepath.Join(HostGitDir(g.Dir), "index") }
+	exclude := func(g Git) string { return filepath.Join(HostGitDir(g.Dir), "info", "exclude") }
+	if mustRead(t, index(fork)) != mustRead(t, index(parent)) || mustRead(t, exclude(fork)) != mustRead(t, exclude(parent)) {
+		t.Fatal("the fork's index or exclude list is not the parent's")
+	}
+	// Changes stages the files first, which may rewrite the index.
+	if cs, err := fork.Changes(ctx, base); err != nil || len(cs) != 0 {
+		t.Errorf("Changes of a new fork = %v, %v", cs, err)
+	}
+	forkIndex := mustRead(t, index(fork))
+
+	// The parent changes both: the fork's stay as they were.
+	mustWrite(t, filepath.Join(parent.Files, "parent.txt"), "parent\n")
+	if _, err := parent.Commit(ctx, "parent after the fork", author, testUID, testGID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Exclude("/parent-after.log"); err != nil {
+		t.Fatal(err)
+	}
+	if mustRead(t, index(fork)) != forkIndex {
+		t.Error("the parent's commit changed the fork's index")
+	}
+	if ex := mustRead(t, exclude(fork)); !strings.Contains(ex, "/parent-before.log\n") || strings.Contains(ex, "/parent-after.log") {
+		t.Errorf("the fork's exclude list after the parent's change: %q", ex)
+	}
+
+	// The fork changes both: the parent's stay as they were.
+	parentIndex, parentExclude := mustRead(t, index(parent)), mustRead(t, exclude(parent))
+	mustWrite(t, filepath.Join(fork.Files, "fork.txt"), "fork\n")
+	mustWrite(t, filepath.Join(fork.Files, "fork.log"), "excluded\n")
+	if err := fork.Exclude("/fork.log"); err != nil {
+		t.Fatal(err)
+	}
+	want := []Change{{Status: "A", Path: "fork.txt"}}
+	if cs, err := fork.Changes(ctx, base); err != nil || !slices.Equal(cs, want) {
+		t.Errorf("Changes of the fork = %v, %v; want %v", cs, err, want)
+	}
+	if _, err := fork.Commit(ctx, "fork", author, testUID, testGID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if mustRead(t, index(parent)) != parentIndex || mustRead(t, exclude(parent)) != parentExclude {
+		t.Error("the fork's commit or exclude changed the parent's")
+	}
+	if got := testutil.Git(t, parent.Files, "-c", "safe.directory=*", "show", "--format=", "--name-only", "HEAD"); got != "parent.txt" {
+		t.Errorf("the parent's last commit holds %q", got)
+	}
+	if got := testutil.Git(t, fork.Files, "-c", "safe.directory=*", "show", "--format=", "--name-only", "HEAD"); got != "fork.txt" {
+		t.Errorf("the fork's commit holds %q", got)
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -400,7 +400,15 @@ func (s *Store) ListWorkspaces(ctx context.Context, repoID string) ([]store.Work
 }
 
 func (s *Store) UpdateWorkspace(ctx context.Context, w store.Workspace) error {
-	return execOne(ctx, s.db, "workspace "+w.ID,
+	return updateWorkspace(ctx, s.db, w)
+}
+
+func (s *Store) UpdateWorkspaceEvent(ctx context.Context, w store.Workspace, ev store.Event) (store.Event, error) {
+	return s.withEvent(ctx, "workspace "+w.ID, ev, func(tx *sql.Tx) error { return updateWorkspace(ctx, tx, w) })
+}
+
+func updateWorkspace(ctx context.Context, q execer, w store.Workspace) error {
+	return execOne(ctx, q, "workspace "+w.ID,
 		`UPDATE workspaces SET pristine_id=$2, parent_id=$3, ref=$4, base_commit=$5, branch=$6, task=$7, driver=$8, dir=$9, state=$10, dirty=$11, size_bytes=$12, updated_at=$13, disk_quota=$14 WHERE id=$1`,
 		w.ID, nullable(w.PristineID), nullable(w.ParentID), w.Ref, w.BaseCommit, w.Branch, w.Task, w.Driver, w.Dir, w.State,
 		boolInt(w.Dirty), w.SizeBytes, ts(w.UpdatedAt), w.DiskQuota)

@@ -248,6 +248,22 @@ func testWorkspaces(t *testing.T, s store.Store) {
 	}
 
 	wantClass(t, s.UpdateWorkspace(ctx, ws("ws_missing", "repo_a", "")), errdefs.ErrNotFound)
+	// A workspace made ready and its event commit together, or neither
+	// does.
+	fork.State = store.WorkspaceReady
+	fork.UpdatedAt = now().Add(2 * time.Second)
+	ev, err := s.UpdateWorkspaceEvent(ctx, fork, store.Event{Actor: "api", Type: "workspace.forked", RepoID: "repo_a", WorkspaceID: "ws_2", Detail: `{"parent_id":"ws_1"}`})
+	if err != nil || ev.ID == 0 || ev.Time.IsZero() {
+		t.Fatalf("UpdateWorkspaceEvent = %+v, %v", ev, err)
+	}
+	if got, _ := s.GetWorkspace(ctx, "ws_2"); !cmp.Equal(fork, got) {
+		t.Errorf("after UpdateWorkspaceEvent (-want +got):\n%s", cmp.Diff(fork, got))
+	}
+	_, err = s.UpdateWorkspaceEvent(ctx, ws("ws_missing", "repo_a", ""), store.Event{Actor: "api", Type: "workspace.forked", WorkspaceID: "ws_missing"})
+	wantClass(t, err, errdefs.ErrNotFound)
+	if evs, _ := s.ListEvents(ctx, store.EventFilter{Type: "workspace.forked"}); len(evs) != 1 || evs[0].ID != ev.ID || evs[0].Detail != `{"parent_id":"ws_1"}` {
+		t.Errorf("workspace.forked events = %+v, want only the committed one", evs)
+	}
 	if err := s.DeleteWorkspace(ctx, "ws_1"); err != nil {
 		t.Fatal(err)
 	}
