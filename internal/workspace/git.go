@@ -78,12 +78,13 @@ func ForkHostGit(ctx context.Context, parentDir, dir, mirror string) error {
 		return err
 	}
 	// What the parent keeps out of its results (Exclude), the fork does too.
-	if _, err := os.Stat(filepath.Join(phg, "info", "exclude")); err == nil {
+	parentExclude := filepath.Join(phg, "info", "exclude")
+	if _, err := os.Stat(parentExclude); err == nil {
 		exclude := filepath.Join(hg, "info", "exclude")
 		if err := os.Remove(exclude); err != nil {
 			return err
 		}
-		if err := os.Link(filepath.Join(phg, "info", "exclude"), exclude); err != nil {
+		if err := os.Link(parentExclude, exclude); err != nil {
 			return err
 		}
 	}

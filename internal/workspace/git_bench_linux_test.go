@@ -39,17 +39,8 @@ func BenchmarkDiffJail(b *testing.B) {
 	}
 	run(confined) // the first stage hashes every file; later runs find the index fresh
 	run(unconfined)
-	var withJail, without []time.Duration
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			withJail = append(withJail, run(confined))
-			without = append(without, run(unconfined))
-		} else {
-			without = append(without, run(unconfined))
-			withJail = append(withJail, run(confined))
-		}
-	}
+	withJail, without := interleave(b.N, func() time.Duration { return run(confined) }, func() time.Duration { return run(unconfined) })
 	b.StopTimer()
 	mj, mu := median(withJail), median(without)
 	b.ReportMetric(float64(mj.Microseconds())/1000, "ms-confined")
@@ -93,17 +84,8 @@ func BenchmarkForkHostGit(b *testing.B) {
 	}
 	linked := func(dir string) error { return ForkHostGit(b.Context(), parent.Dir, dir, mirror) }
 	copied := func(dir string) error { return InitHostGit(b.Context(), dir, mirror, index) }
-	var links, copies []time.Duration
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			links = append(links, run("link", linked))
-			copies = append(copies, run("copy", copied))
-		} else {
-			copies = append(copies, run("copy", copied))
-			links = append(links, run("link", linked))
-		}
-	}
+	links, copies := interleave(b.N, func() time.Duration { return run("link", linked) }, func() time.Duration { return run("copy", copied) })
 	b.StopTimer()
 	ml, mc := median(links), median(copies)
 	b.ReportMetric(float64(ml.Microseconds())/1000, "ms-link")
@@ -150,6 +132,21 @@ func hostGit20k(b *testing.B) (Git, string, string) {
 		b.Fatal(err)
 	}
 	return g, commit, mirror
+}
+
+// interleave runs a and b n times each, alternating which goes first so
+// that machine noise hits both, and returns their times.
+func interleave(n int, a, b func() time.Duration) (as, bs []time.Duration) {
+	for i := range n {
+		if i%2 == 0 {
+			as = append(as, a())
+			bs = append(bs, b())
+		} else {
+			bs = append(bs, b())
+			as = append(as, a())
+		}
+	}
+	return as, bs
 }
 
 func median(ds []time.Duration) time.Duration {

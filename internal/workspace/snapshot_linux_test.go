@@ -400,8 +400,8 @@ func TestQuietSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	// child makes a directory for a copy, and checks the copy once
-	// mounted there: the files, then a clean file system once unmounted.
+	// child makes a directory for a copy; check mounts the copy there
+	// and checks its files, then a clean file system once unmounted.
 	child := func(name string) string {
 		dir := filepath.Join(t.TempDir(), name)
 		if err := os.Mkdir(dir, 0o755); err != nil {

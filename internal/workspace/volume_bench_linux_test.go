@@ -103,7 +103,7 @@ func BenchmarkQuotaFork(b *testing.B) {
 	snapshots := func(b *testing.B, snap func(img string) error) {
 		for range b.N {
 			b.StopTimer()
-			img := filepath.Join(fresh(), "volume.img")
+			img := VolumeImage(fresh())
 			time.Sleep(100 * time.Millisecond)
 			b.StartTimer()
 			if err := snap(img); err != nil {
@@ -134,7 +134,7 @@ func BenchmarkQuotaFork(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
 			d := fresh()
-			copyImg := filepath.Join(d, "volume.img")
+			copyImg := VolumeImage(d)
 			if err := copySparse(img, copyImg); err != nil {
 				b.Fatal(err)
 			}

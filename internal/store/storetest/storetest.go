@@ -256,8 +256,9 @@ func testWorkspaces(t *testing.T, s store.Store) {
 	if err != nil || ev.ID == 0 || ev.Time.IsZero() {
 		t.Fatalf("UpdateWorkspaceEvent = %+v, %v", ev, err)
 	}
-	if got, _ := s.GetWorkspace(ctx, "ws_2"); !cmp.Equal(fork, got) {
-		t.Errorf("after UpdateWorkspaceEvent (-want +got):\n%s", cmp.Diff(fork, got))
+	got, _ = s.GetWorkspace(ctx, "ws_2")
+	if d := cmp.Diff(fork, got); d != "" {
+		t.Errorf("after UpdateWorkspaceEvent (-want +got):\n%s", d)
 	}
 	_, err = s.UpdateWorkspaceEvent(ctx, ws("ws_missing", "repo_a", ""), store.Event{Actor: "api", Type: "workspace.forked", WorkspaceID: "ws_missing"})
 	wantClass(t, err, errdefs.ErrNotFound)
