@@ -170,7 +170,7 @@ func (c *Conn) keepAliveLoop() {
 
 func (c *Conn) readLoop() {
 	for {
-		f, err := ReadFrame(c.br)
+		f, err := readFrame(c.br, true)
 		if err != nil {
 			c.fail(fmt.Errorf("reading from guest: %w", err))
 			return

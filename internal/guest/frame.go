@@ -186,6 +186,13 @@ func DecodeFrame(b []byte) (Frame, int, error) {
 // ReadFrame reads one frame from r. It returns io.EOF only when r ends
 // cleanly between frames.
 func ReadFrame(r io.Reader) (Frame, error) {
+	return readFrame(r, false)
+}
+
+// readFrame is ReadFrame; with recycle, the payload of an output frame
+// comes from outPayloads, for the reader to hand back with
+// recycleOutput once it is written.
+func readFrame(r io.Reader, recycle bool) (Frame, error) {
 	var h [HeaderSize]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return Frame{}, err
@@ -196,7 +203,12 @@ func ReadFrame(r io.Reader) (Frame, error) {
 	if err := checkHeader(t, stream, n); err != nil {
 		return Frame{}, err
 	}
-	p := make([]byte, n)
+	var p []byte
+	if recycle && (t == FrameStdout || t == FrameStderr) {
+		p = outputPayload(int(n))
+	} else {
+		p = make([]byte, n)
+	}
 	if _, err := io.ReadFull(r, p); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF

@@ -435,6 +435,33 @@ type outQueue struct {
 	finished  chan struct{}
 }
 
+// outPayloads holds chunkSize buffers for the payloads of output frames.
+// A command that floods its output sends a frame per chunk, hundreds of
+// MB/s; with a fresh buffer each, the daemon's heap grows with the
+// garbage and how far the collector lags behind it, not with what it
+// holds (at most the window per channel).
+var outPayloads = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
+
+// outputPayload returns a buffer of n bytes for an output frame's payload,
+// from outPayloads when n fits one.
+func outputPayload(n int) []byte {
+	if n > chunkSize {
+		return make([]byte, n)
+	}
+	return (*outPayloads.Get().(*[]byte))[:n]
+}
+
+// recycleOutput hands an output frame's payload back to outPayloads once
+// nothing refers to it any more: the writer it was written to has
+// returned, which io.Writer forbids from keeping it.
+func recycleOutput(b []byte) {
+	if cap(b) != chunkSize {
+		return
+	}
+	b = b[:chunkSize]
+	outPayloads.Put(&b)
+}
+
 func newOutQueue(dst io.Writer) *outQueue {
 	q := &outQueue{dst: dst, window: InitialWindow, finished: make(chan struct{})}
 	q.cond.L = &q.mu
@@ -448,6 +475,7 @@ func (q *outQueue) push(b []byte) error {
 		return fmt.Errorf("%w: guest sent %d bytes with %d of window left", ErrProtocol, len(b), q.window)
 	}
 	if q.closed {
+		recycleOutput(b)
 		return nil
 	}
 	q.window -= len(b)
@@ -471,6 +499,9 @@ func (q *outQueue) receivedBytes() int64 {
 func (q *outQueue) detach() {
 	q.mu.Lock()
 	q.dst = nil
+	for _, b := range q.chunks {
+		recycleOutput(b)
+	}
 	q.chunks = nil
 	q.closed = true
 	q.cond.Signal()
@@ -508,13 +539,15 @@ func (q *outQueue) run(grant func(int)) {
 				q.err = err
 			}
 		}
+		n := len(b)
+		recycleOutput(b)
 		q.mu.Lock()
-		q.buffered -= len(b)
-		q.window += len(b)
+		q.buffered -= n
+		q.window += n
 		closed := q.closed
 		q.mu.Unlock()
 		if !closed {
-			grant(len(b))
+			grant(n)
 		}
 	}
 }
