@@ -424,12 +424,14 @@ func TestConfirmedCommandIsNotRetried(t *testing.T) {
 
 // A command that floods its output costs the daemon no memory per frame:
 // each frame's payload is handed back once it is written, so the heap
-// follows what is held (the window), not what flowed. The writer checks
-// every byte, so that a payload handed back while still queued shows up as
-// output from the wrong frame. Not parallel: it counts the process's
+// follows what is held (the window), not what flowed. Frames come in
+// sizes from every class, and one below them. The writer checks every
+// byte, so that a payload handed back while still queued shows up as
+// output from the wrong offset. Not parallel: it counts the process's
 // allocations.
 func TestOutputFloodReusesPayloads(t *testing.T) {
-	const frames = 2048 // 64 MiB
+	const total = 64 << 20
+	sizes := []int{chunkSize, 4096, 1001, minPooled - 1, 20000, minPooled}
 	c, g := connected(t, ListenOptions{})
 	go func() {
 		f, err := ReadFrame(g.br)
@@ -441,56 +443,62 @@ func TestOutputFloodReusesPayloads(t *testing.T) {
 		g.send(t, FrameStarted, id, EncodeU32(1))
 		buf := make([]byte, HeaderSize+chunkSize) // one buffer: the guest's own frames make no garbage
 		window := InitialWindow
-		for i := 0; i < frames; {
-			if window < chunkSize {
+		for off, i := 0, 0; off < total; {
+			n := min(sizes[i%len(sizes)], total-off)
+			if window < n {
 				f, err := ReadFrame(g.br)
 				if err != nil {
 					t.Errorf("guest waiting for window: %v", err)
 					return
 				}
-				if ch, n, err := DecodeWindow(f.Payload); f.Type == FrameWindow && err == nil && ch == ChanStdout {
-					window += int(n)
+				if ch, k, err := DecodeWindow(f.Payload); f.Type == FrameWindow && err == nil && ch == ChanStdout {
+					window += int(k)
 				}
 				continue
 			}
-			PutHeader(buf, FrameStdout, id, chunkSize)
-			for j := range chunkSize {
-				buf[HeaderSize+j] = byte(i)
+			PutHeader(buf, FrameStdout, id, n)
+			for j := range n {
+				buf[HeaderSize+j] = streamByte(off + j)
 			}
-			if _, err := g.nc.Write(buf); err != nil {
+			if _, err := g.nc.Write(buf[:HeaderSize+n]); err != nil {
 				t.Errorf("guest sending output: %v", err)
 				return
 			}
-			window -= chunkSize
+			window -= n
+			off += n
 			i++
 		}
 		g.send(t, FrameExit, id, EncodeExit(ExecResult{}))
 	}()
-	var w frameChecker
+	var w streamChecker
 	before := allocatedBytes()
 	res, err := c.Exec(t.Context(), ExecRequest{Argv: []string{"x"}}, nil, &w, nil)
 	allocated := allocatedBytes() - before
-	if err != nil || res.ExitCode != 0 || w.n != frames*chunkSize || w.bad != "" {
+	if err != nil || res.ExitCode != 0 || w.n != total || w.bad != "" {
 		t.Fatalf("exec: %v %+v, %d bytes written %s", err, res, w.n, w.bad)
 	}
-	// A fresh payload per frame is 64 MiB; what is left is a few small
-	// allocations per frame (its window grant) and the pool's buffers.
+	// A fresh payload per frame is 64 MiB; what is left is the payloads
+	// below the smallest class, a few small allocations per frame (its
+	// window grant) and the pool's buffers.
 	if allocated > 8<<20 {
 		t.Errorf("the daemon allocated %d MiB while 64 MiB of output went through it", allocated>>20)
 	}
 }
 
-// frameChecker checks that byte o of the stream is byte(o / chunkSize),
-// as TestOutputFloodReusesPayloads's guest sends it.
-type frameChecker struct {
+// streamByte is byte o of TestOutputFloodReusesPayloads's stream. 251 is
+// prime, so no frame size repeats the pattern.
+func streamByte(o int) byte { return byte(o % 251) }
+
+// streamChecker checks every byte written to it against streamByte.
+type streamChecker struct {
 	n   int
 	bad string
 }
 
-func (w *frameChecker) Write(p []byte) (int, error) {
+func (w *streamChecker) Write(p []byte) (int, error) {
 	for i, b := range p {
-		if o := w.n + i; b != byte(o/chunkSize) && w.bad == "" {
-			w.bad = fmt.Sprintf("byte %d of the stream is %d, from frame %d's", o, b, o/chunkSize)
+		if o := w.n + i; b != streamByte(o) && w.bad == "" {
+			w.bad = fmt.Sprintf("byte %d of the stream is %d, want %d", o, b, streamByte(o))
 		}
 	}
 	w.n += len(p)
@@ -502,4 +510,27 @@ func allocatedBytes() uint64 {
 	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
+}
+
+// Every size of output payload gets a buffer that holds it and, from
+// minPooled, at most twice its bytes; a recycled buffer returns to the
+// class it came from.
+func TestOutputPayloadSizes(t *testing.T) {
+	if minPooled<<(len(outPayloads)-1) != chunkSize {
+		t.Fatalf("the largest class holds %d bytes, not chunkSize", minPooled<<(len(outPayloads)-1))
+	}
+	sizes := []int{1, minPooled - 1, chunkSize + 1, InitialWindow}
+	for c := minPooled; c <= chunkSize; c *= 2 {
+		sizes = append(sizes, c/2+1, c-1, c)
+	}
+	for _, n := range sizes {
+		b := outputPayload(n)
+		if len(b) != n || cap(b) < n || (n >= minPooled && cap(b) >= 2*n) {
+			t.Errorf("a payload of %d bytes got len %d cap %d", n, len(b), cap(b))
+		}
+		recycleOutput(b)
+		if again := outputPayload(n); cap(again) != cap(b) {
+			t.Errorf("a payload of %d bytes got cap %d after one of cap %d was recycled", n, cap(again), cap(b))
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"sync"
 	"syscall"
 	"time"
@@ -435,31 +436,41 @@ type outQueue struct {
 	finished  chan struct{}
 }
 
-// outPayloads holds chunkSize buffers for the payloads of output frames.
-// A command that floods its output sends a frame per chunk, hundreds of
-// MB/s; with a fresh buffer each, the daemon's heap grows with the
-// garbage and how far the collector lags behind it, not with what it
-// holds (at most the window per channel).
-var outPayloads = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
+// outPayloads holds buffers for the payloads of output frames:
+// outPayloads[i] those of minPooled<<i bytes, up to chunkSize. A command
+// that floods its output sends a frame per read of its pipe, hundreds of
+// MB/s; with a fresh buffer each, the daemon's heap grows with that
+// garbage and with how far the collector lags behind it, not with what it
+// holds (at most the window per channel). A payload takes the smallest
+// buffer it fits, so a queue of payloads holds at most twice their bytes,
+// however a hostile guest sizes its frames; one of under minPooled bytes
+// gets a buffer of its own.
+var outPayloads [7]sync.Pool // 512 B, 1 KiB, … 32 KiB
 
-// outputPayload returns a buffer of n bytes for an output frame's payload,
-// from outPayloads when n fits one.
+const minPooled = 512
+
+// outputPayload returns a buffer of n bytes for an output frame's payload.
 func outputPayload(n int) []byte {
-	if n > chunkSize {
+	if n < minPooled || n > chunkSize {
 		return make([]byte, n)
 	}
-	return (*outPayloads.Get().(*[]byte))[:n]
+	i := bits.Len(uint(n-1)) - bits.Len(minPooled-1) // the smallest class that holds n
+	if b, ok := outPayloads[i].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, minPooled<<i)
 }
 
 // recycleOutput hands an output frame's payload back to outPayloads once
-// nothing refers to it any more: the writer it was written to has
-// returned, which io.Writer forbids from keeping it.
+// nothing refers to it any more: the writer it went to has returned, and
+// io.Writer forbids a writer to keep what it was given.
 func recycleOutput(b []byte) {
-	if cap(b) != chunkSize {
-		return
+	c := cap(b)
+	if c < minPooled || c > chunkSize || c&(c-1) != 0 {
+		return // not from outPayloads
 	}
-	b = b[:chunkSize]
-	outPayloads.Put(&b)
+	b = b[:c]
+	outPayloads[bits.Len(uint(c))-bits.Len(minPooled)].Put(&b)
 }
 
 func newOutQueue(dst io.Writer) *outQueue {
