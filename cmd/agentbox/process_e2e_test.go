@@ -188,8 +188,12 @@ func testProcesses(t *testing.T, backend string) {
 	}
 
 	// A hostile process floods its output with nobody reading: the daemon
-	// drains it (the command is never held up) within bounded memory.
+	// drains it (the command is never held up) within bounded memory, and
+	// recycles the buffers it reads the output into: what it allocates
+	// does not follow the bytes, so its heap does not either, however far
+	// a loaded machine's collector lags.
 	rssBefore := rss(t, d.cmd.Process.Pid)
+	allocBefore := allocatedTotal(t, data)
 	flood, err := cl.StartProcess(ctx, ws, client.Exec{Argv: []string{"yes", strings.Repeat("x", 1000)}})
 	if err != nil {
 		t.Fatal(err)
@@ -207,8 +211,12 @@ func testProcesses(t *testing.T, backend string) {
 	if written < 256<<20 {
 		t.Errorf("the flood wrote only %d bytes in 2 minutes: is the daemon draining it?", written)
 	}
+	allocated := allocatedTotal(t, data) - allocBefore
 	grew := rss(t, d.cmd.Process.Pid) - rssBefore
-	t.Logf("%d MiB of output with nobody reading: the daemon's resident set grew by %d KiB", written>>20, grew>>10)
+	t.Logf("%d MiB of output with nobody reading: the daemon allocated %d MiB, its resident set grew by %d KiB", written>>20, allocated>>20, grew>>10)
+	if allocated > written/4 {
+		t.Errorf("the daemon allocated %d MiB while %d MiB of output flowed: memory per byte of output", allocated>>20, written>>20)
+	}
 	if grew > 96<<20 {
 		t.Errorf("the daemon's resident set grew by %d MiB while %d MiB flowed through a 1 MiB ring", grew>>20, written>>20)
 	}
@@ -310,6 +318,25 @@ func waitForHTTP(t *testing.T, c *http.Client, url string) string {
 		}
 		time.Sleep(100 * time.Millisecond) // the server starting, bounded by the deadline
 	}
+}
+
+// allocatedTotal is what the daemon serving data has allocated on its
+// heap so far, from its /metrics.
+func allocatedTotal(t *testing.T, data string) int64 {
+	t.Helper()
+	const name = "go_memstats_alloc_bytes_total "
+	m := scrape(t, data)
+	for _, line := range strings.Split(m, "\n") {
+		if v, ok := strings.CutPrefix(line, name); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s%s: %v", name, v, err)
+			}
+			return int64(f)
+		}
+	}
+	t.Fatalf("the daemon's /metrics lack %s", name)
+	return 0
 }
 
 // rss is a process's resident set in bytes.
