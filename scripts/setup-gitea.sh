@@ -80,22 +80,27 @@ log "gitea ${GITEA_VERSION}: building (minutes the first time; log ${LOG})"
 start=$SECONDS
 work=$(mktemp -d "${CACHE}/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# Each step ends the build on failure by hand: set -e does not act inside
+# a subshell whose failure is tested.
 (
-	cd "$work"
+	cd "$work" || exit 1
 	export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=1
-	"$go" mod download -json "code.gitea.io/gitea@${GITEA_VERSION}" >download.json
-	src=$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' download.json)
-	[[ -d $src ]] || {
-		echo "no source directory for gitea ${GITEA_VERSION}"
+	"$go" mod download -json "code.gitea.io/gitea@${GITEA_VERSION}" >download.json || exit 1
+	# A string field of the one object go printed; the last has no comma.
+	field() { sed -n "s/^\t\"$1\": \"\(.*\)\",\{0,1\}\$/\1/p" download.json; }
+	src=$(field Dir)
+	sum=$(field Sum)
+	gomodsum=$(field GoModSum)
+	[[ -d $src && -n $sum && -n $gomodsum ]] || {
+		echo "go mod download gave no source directory or sums for gitea ${GITEA_VERSION}:"
+		cat download.json
 		exit 1
 	}
 	goversion=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$src/go.mod")
 	printf 'module agentbox.invalid/gitea-build\n\ngo %s\n\nrequire code.gitea.io/gitea %s\n%s' \
 		"$goversion" "$GITEA_VERSION" "$REPLACES" >go.mod
 	# Gitea's own go.sum covers its whole graph; add the lines for Gitea itself.
-	cp "$src/go.sum" go.sum
-	sum=$(sed -n 's/^\t"Sum": "\(.*\)",$/\1/p' download.json)
-	gomodsum=$(sed -n 's/^\t"GoModSum": "\(.*\)",$/\1/p' download.json)
+	cp "$src/go.sum" go.sum || exit 1
 	printf 'code.gitea.io/gitea %s %s\ncode.gitea.io/gitea %s/go.mod %s\n' \
 		"$GITEA_VERSION" "$sum" "$GITEA_VERSION" "$gomodsum" >>go.sum
 	tags="sqlite sqlite_unlock_notify"
@@ -103,11 +108,10 @@ trap 'rm -rf "$work"' EXIT
 	CGO_CFLAGS="$("$go" env CGO_CFLAGS) -DSQLITE_MAX_VARIABLE_NUMBER=32766" \
 		"$go" build -trimpath -tags "$tags" \
 		-ldflags "-s -w -X main.Version=${GITEA_VERSION#v} -X 'main.Tags=${tags}'" \
-		-o "$work/out/gitea" code.gitea.io/gitea
-	mkdir -p "$work/out/static"
-	cp -r "$src/templates" "$src/options" "$work/out/static/"
-	mkdir -p "$work/out/static/public"
-	chmod -R a+rX,u+w "$work/out"
+		-o "$work/out/gitea" code.gitea.io/gitea || exit 1
+	mkdir -p "$work/out/static/public" &&
+		cp -r "$src/templates" "$src/options" "$work/out/static/" &&
+		chmod -R a+rX,u+w "$work/out"
 ) >>"$LOG" 2>&1 || die "building gitea ${GITEA_VERSION} failed: see ${LOG}"
 "$work/out/gitea" --version >>"$LOG" 2>&1 || die "the gitea built does not run: see ${LOG}"
 rm -rf "$DEST"
