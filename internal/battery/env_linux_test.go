@@ -407,6 +407,27 @@ func cgroupNum(t *testing.T, path string) int64 {
 	return n
 }
 
+// throttledPeriods is how many periods the kernel has held the CPU
+// cgroup at dir back, its quota used up.
+func throttledPeriods(t *testing.T, dir string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(dir + "/cpu.stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "nr_throttled "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s/cpu.stat: %q", dir, line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("%s/cpu.stat has no nr_throttled: %q", dir, b)
+	return 0
+}
+
 // killFromOutside ends the box's environment as a crash or an operator
 // would, without telling the manager: docker rm -f, or SIGKILL to every
 // process of the jail's cgroup.
