@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,20 +35,16 @@ func TestSpawnerNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	small, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(b.sp.tid) + "/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nh, ns := strings.Count(string(host), "\n"), strings.Count(string(small), "\n")
-	t.Logf("mounts: %d in the daemon's namespace, %d in the spawner's", nh, ns)
-	if isSmall, _ := spawnerIsSmall(t, b); !isSmall {
+	isSmall, small := spawnerIsSmall(t, b)
+	t.Logf("mounts: %d in the daemon's namespace, %d in the spawner's", strings.Count(string(host), "\n"), strings.Count(small, "\n"))
+	if !isSmall {
 		t.Errorf("the spawner's root is not its own tmpfs:\n%s", small)
 	}
-	if !strings.Contains(string(small), " "+b.stageDir+" ") {
+	if !strings.Contains(small, " "+b.stageDir+" ") {
 		t.Errorf("the stage %s is not in the spawner's namespace:\n%s", b.stageDir, small)
 	}
-	for _, line := range strings.Split(string(small), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == "/" && strings.Contains(line, " - tmpfs agentbox-spawner ") {
+	for _, line := range strings.Split(small, "\n") {
+		if smallRoot(line) {
 			continue
 		}
 		if strings.Contains(line, b.opts.StateDir) {
@@ -165,10 +162,12 @@ func spawnerIsSmall(t *testing.T, b *Backend) (bool, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(mine), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == "/" && strings.Contains(line, " - tmpfs agentbox-spawner ") {
-			return true, string(mine)
-		}
-	}
-	return false, string(mine)
+	return slices.ContainsFunc(strings.Split(string(mine), "\n"), smallRoot), string(mine)
+}
+
+// smallRoot reports whether a mountinfo line is the small namespace's
+// root: the spawner's own tmpfs, mounted at /.
+func smallRoot(line string) bool {
+	f := strings.Fields(line)
+	return len(f) > 4 && f[4] == "/" && strings.Contains(line, " - tmpfs agentbox-spawner ")
 }
